@@ -1,0 +1,66 @@
+"""The ``ctr-volcano`` command line.
+
+Each area of the product owns a module exposing ``register(subparsers)``; this file only assembles
+them, so adding a verb never touches another area's code. Every verb's handler returns an exit code.
+Errors of the :class:`~ctr_volcano.errors.CtrVolcanoError` family are printed as one clear line
+(no traceback) and exit 2; ``--debug`` shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+__all__ = ["main", "build_parser", "COMMAND_MODULES"]
+
+#: Modules that contribute verbs. Each defines ``register(subparsers) -> None`` and sets
+#: ``func`` on the sub-parser it adds (``parser.set_defaults(func=handler)``).
+COMMAND_MODULES = (
+    "ctr_volcano.commands.data",      # gen-data, prep
+    "ctr_volcano.commands.train",     # train
+    "ctr_volcano.commands.volcano",   # render-job, rbac
+    "ctr_volcano.commands.evaluate",  # evaluate
+    "ctr_volcano.commands.pipeline",  # compile, run, submit
+    "ctr_volcano.commands.cluster",   # minicluster helpers (build, up)
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ctr-volcano",
+        description="Distributed CTR training with PaddlePaddle on Kubernetes + Volcano, "
+                    "as Kubeflow Pipelines components.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # area not present in this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from ctr_volcano.errors import CtrVolcanoError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CtrVolcanoError as exc:
+        if args.debug:
+            raise
+        print(f"ctr-volcano {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"ctr-volcano {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

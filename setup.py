@@ -1,0 +1,37 @@
+"""Kubeflow Pipelines components for distributed CTR training with PaddlePaddle on Volcano."""
+from setuptools import find_packages, setup
+
+# Pinned: paddlepaddle 3.x wheels lack the parameter-server core, and 2.6.2 needs numpy<2.
+INSTALL_REQUIRES = [
+    "paddlepaddle==2.6.2",
+    "numpy==1.26.4",
+    "pandas==3.0.6",
+    "pyarrow==26.0.1",
+    "kfp==2.17.3",
+    "kfp-kubernetes==2.17.3",
+    "kubernetes==30.1.0",
+    "PyYAML==6.0.3",
+]
+
+TEST_REQUIRES = [
+    "pytest==9.2.0",
+    "pytest-timeout==2.4.0",
+    "jsonschema==4.26.0",
+    "scikit-learn==1.9.1",
+    "nbformat==5.11.1",
+    "nbclient==0.11.0",
+    "ipykernel==7.4.0",
+]
+
+setup(
+    name="ctr-volcano",
+    version="0.1.0",
+    description=__doc__,
+    packages=find_packages(include=["ctr_volcano", "ctr_volcano.*", "ctr_model", "ctr_model.*",
+                                    "components", "components.*", "pipelines", "pipelines.*"]),
+    package_data={"components": ["*.yaml"], "pipelines": ["*.yaml"]},
+    python_requires=">=3.9,<3.12",
+    install_requires=INSTALL_REQUIRES,
+    extras_require={"test": TEST_REQUIRES},
+    entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.cli:main"]},
+)

@@ -1,0 +1,31 @@
+"""Shared fixtures. Tiers: the default tier needs no cluster and no network; tests marked ``cluster``
+start the Go-built mini cluster (see ``tests/cluster/``)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_DIR = REPO / "data" / "sample"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def sample_dir() -> Path:
+    """The committed Criteo-format sample (``data/sample``)."""
+    return SAMPLE_DIR
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_env(monkeypatch):
+    # Loopback servers in tests must never be reached through a proxy.
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    yield
