@@ -6,7 +6,7 @@ INSTALL_REQUIRES = [
     "paddlepaddle==2.6.2",
     "numpy==1.26.4",
     "pandas==3.0.6",
-    "pyarrow==26.0.1",
+    "pyarrow==25.0.0",  # 26.x refuses to import with numpy<2 (which paddlepaddle 2.6.2 needs)
     "kfp==2.17.3",
     "kfp-kubernetes==2.17.3",
     "kubernetes==30.1.0",
