@@ -1,0 +1,109 @@
+"""KFP components for the last steps of the CTR pipeline: evaluate, gate on AUC, publish.
+
+Thin adapters over :func:`ctr_volcano.evaluate.evaluate`; everything they compute is tested there with
+real data. Why three components and not one: ``dsl.If`` must condition on the *only* output of a task.
+Under ``kfp.local`` (kfp 2.17.3) a condition on a named output of a multi-output task is silently
+false, so the gate is its own single-output component (``check_auc_gate -> bool``) and the pipeline
+writes ``with dsl.If(gate.output == True): publish_model(...)``, which behaves the same on a cluster.
+
+Every Metrics/ClassificationMetrics output also gets a small JSON file at its path: ``kfp.local``
+counts an artifact with no file as a cache miss, so without it these steps would never be cached.
+"""
+
+from kfp import dsl
+from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
+
+from ctr_volcano.images import COMPONENT_IMAGE
+
+__all__ = ["evaluate_ctr", "check_auc_gate", "publish_model"]
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def evaluate_ctr(
+    model: Input[Model],
+    test_data: Input[Dataset],
+    metrics: Output[Metrics],
+    classification: Output[ClassificationMetrics],
+    report: Output[HTML],
+    threshold: float = 0.5,
+    batch_size: int = 8192,
+) -> float:
+    """Score the held-out split with the trained model and report exact AUC, log loss and calibration.
+
+    Args:
+        model: the exported model directory from the training step.
+        test_data: the test split from the data-prep step (Parquet shards + schema.json).
+        metrics: scalar metrics (auc, logloss, rows, positive_rate, mean_prediction, accuracy).
+        classification: ROC curve and the confusion matrix at `threshold`, for the KFP UI.
+        report: an HTML page with the ROC and calibration plots and per-decile calibration table.
+        threshold: probability at or above which an impression counts as a predicted click (confusion matrix only).
+        batch_size: rows scored per batch; lower it if the evaluation pod runs out of memory.
+
+    Returns:
+        The exact test AUC, as this step's single parameter output (feed it to `check_auc_gate`).
+    """
+    import json
+    import shutil
+    import tempfile
+
+    from ctr_volcano.evaluate import evaluate
+
+    with tempfile.TemporaryDirectory(prefix="ctr-eval-") as tmp:
+        result = evaluate(model.path, test_data.path, tmp, threshold=threshold, batch_size=batch_size)
+        shutil.copyfile(result["report"], report.path)
+    for key in ("auc", "logloss", "rows", "positive_rate", "mean_prediction", "accuracy"):
+        metrics.log_metric(key, result[key])
+    roc = result["roc"]
+    classification.log_roc_curve([p["fpr"] for p in roc], [p["tpr"] for p in roc],
+                                 [p["threshold"] for p in roc])
+    cm = result["confusion_matrix"]
+    classification.log_confusion_matrix(["no click", "click"], [[cm["tn"], cm["fp"]], [cm["fn"], cm["tp"]]])
+    scalars = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
+    with open(metrics.path, "w") as f:
+        json.dump(scalars, f, indent=2, sort_keys=True)
+    with open(classification.path, "w") as f:
+        json.dump({"roc": roc, "confusion_matrix": cm, "calibration": result["calibration"]}, f, indent=2)
+    print(f"evaluate_ctr: AUC {result['auc']:.6f}, log loss {result['logloss']:.6f} on {result['rows']} rows")
+    return float(result["auc"])
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def check_auc_gate(auc: float, min_auc: float = 0.7) -> bool:
+    """Quality gate: pass the model only if its test AUC reaches `min_auc`.
+
+    Args:
+        auc: the test AUC from `evaluate_ctr`.
+        min_auc: the lowest acceptable test AUC; 0 lets every model through, 1 blocks all.
+
+    Returns:
+        True when `auc >= min_auc`. This is the task's only output, so `dsl.If(gate.output == True)`
+        works on a cluster and under kfp.local alike.
+    """
+    if not 0.0 <= min_auc <= 1.0:
+        raise ValueError(f"min_auc={min_auc!r}: use an AUC threshold in [0, 1], e.g. 0.7")
+    passed = auc >= min_auc
+    print(f"check_auc_gate: AUC {auc:.6f} {'>=' if passed else '<'} min_auc {min_auc:.6f}: "
+          f"{'PASSED' if passed else 'BLOCKED (the model is not published)'}")
+    return passed
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def publish_model(model: Input[Model], auc: float, min_auc: float, published_model: Output[Model]):
+    """Publish a model that passed the quality gate: copy it to a new Model artifact marked approved.
+
+    Args:
+        model: the trained model directory.
+        auc: its test AUC (recorded in the artifact's metadata).
+        min_auc: the gate it passed (recorded too).
+        published_model: the approved copy; its metadata says `approved: true` with the AUC, so model
+            registries and downstream serving steps can select it.
+    """
+    import os
+    import shutil
+
+    if os.path.isdir(model.path):
+        shutil.copytree(model.path, published_model.path)
+    else:
+        shutil.copyfile(model.path, published_model.path)
+    published_model.metadata.update({"approved": True, "auc": float(auc), "min_auc": float(min_auc)})
+    print(f"publish_model: published {published_model.uri} (AUC {auc:.6f} >= {min_auc:.6f})")
