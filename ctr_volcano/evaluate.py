@@ -380,7 +380,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
     try:
         check_split_schema(split_dir)
     except ValueError as exc:  # ctr_model raises its own light ValueError subclasses
-        raise BadInput("data", split_dir, f"{exc}; re-run the prep step with this version") from exc
+        raise BadInput("data", split_dir, str(exc)) from exc
     parts = _parquet_parts(split_dir)
     if scorer is None:
         if not os.path.isdir(model_dir):

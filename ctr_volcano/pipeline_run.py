@@ -1,0 +1,285 @@
+"""Run, compile and submit the CTR training pipeline: the cores behind ``ctr-volcano run/compile/submit``.
+
+Why a wrapper around ``kfp.local`` at all: kfp 2.17.3's local runner deletes its ``workspace_root``
+after every pipeline run and keeps outputs only under an opaque timestamped directory. So
+:func:`run_local` gives each run a fresh workspace and pipeline root under ``WORKDIR/runs/<run>``,
+copies what users want (model, report, metrics) to stable places in ``WORKDIR``, and writes
+``WORKDIR/summary.json`` -- the file scripts and CI read.
+
+Components run with ``SubprocessRunner(use_venv=False)``: in this Python environment, offline, with the
+installed package, so a local run exercises exactly the code that the component image ships.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ctr_volcano.errors import BadInput, CtrVolcanoError
+
+__all__ = [
+    "LOCAL_OVERRIDES", "LocalRunFailed", "default_sample_dir", "pipeline_parameters", "parse_params",
+    "run_local", "compile_all", "compiled_files", "submit",
+]
+
+#: What ``ctr-volcano run`` changes from the pipeline's (cluster-oriented) defaults.
+LOCAL_OVERRIDES: Dict[str, Any] = {"backend": "local"}
+
+
+class LocalRunFailed(CtrVolcanoError):
+    """A ``kfp.local`` pipeline run ended in failure; the message says where its task logs are."""
+
+
+def default_sample_dir() -> Path:
+    """The committed Criteo-format sample, ``data/sample`` next to the package (editable installs)."""
+    return Path(__file__).resolve().parents[1] / "data" / "sample"
+
+
+def pipeline_parameters() -> Dict[str, Any]:
+    """The training pipeline's parameters and their defaults."""
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline
+
+    sig = inspect.signature(ctr_training_pipeline.pipeline_func)
+    return {name: p.default for name, p in sig.parameters.items()}
+
+
+def parse_params(pairs: Sequence[str]) -> Dict[str, Any]:
+    """Turn ``KEY=VALUE`` strings into typed pipeline arguments (typed like the parameter's default).
+
+    Raises:
+        BadInput: unknown parameter, missing ``=``, or a value that does not parse as the parameter's type.
+    """
+    known = pipeline_parameters()
+    out: Dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep:
+            raise BadInput("--param", pair, "write KEY=VALUE, e.g. --param epochs=3")
+        if key not in known:
+            raise BadInput("--param", key, f"not a pipeline parameter; known: {', '.join(sorted(known))}")
+        default = known[key]
+        try:
+            if isinstance(default, bool):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                value: Any = raw.lower() in ("true", "1")
+            elif isinstance(default, int):
+                value = int(raw)
+            elif isinstance(default, float):
+                value = float(raw)
+            else:
+                value = raw
+        except ValueError:
+            raise BadInput("--param", pair, f"{key} takes a {type(default).__name__} "
+                                            f"(default {default!r})") from None
+        out[key] = value
+    return out
+
+
+def _fresh_run_dir(workdir: Path) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    runs = workdir / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=runs))
+
+
+def _replace(src: str, dst: Path) -> None:
+    if dst.is_dir() and not dst.is_symlink():
+        shutil.rmtree(dst)
+    elif dst.exists() or dst.is_symlink():
+        dst.unlink()
+    if os.path.isdir(src):
+        shutil.copytree(src, dst)
+    else:
+        shutil.copyfile(src, dst)
+
+
+def run_local(data: Optional[str] = None, workdir: str = "workdir",
+              params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Run the whole training pipeline on this machine through ``kfp.local`` and summarize it.
+
+    Args:
+        data: raw Criteo TSV file or directory; defaults to the committed sample (``data/sample``).
+        workdir: receives ``summary.json``, ``model/``, ``report.html``, ``metrics.json`` and
+            ``runs/<run>/`` (every task's outputs and executor logs, kept for inspection).
+        params: pipeline arguments overriding the defaults and :data:`LOCAL_OVERRIDES`.
+
+    Returns:
+        The summary written to ``WORKDIR/summary.json``: ``auc``, ``logloss``, ``model``, ``report``
+        (absolute paths), ``passed_gate``, ``min_auc``, ``rows``, ``positive_rate``, ``seconds``,
+        ``run_dir``, ``data`` and the ``params`` used.
+
+    Raises:
+        BadInput: missing data or an unknown parameter.
+        LocalRunFailed: a task failed (the message names the task and the run directory).
+    """
+    from kfp import local
+
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline
+
+    data_path = Path(data) if data else default_sample_dir()
+    if not data_path.exists():
+        fix = ("pass --data PATH (a Criteo TSV file or directory)" if data else
+               "the sample ships with the source tree; from an installed wheel pass --data PATH")
+        raise BadInput("data", str(data_path), fix)
+    known = pipeline_parameters()
+    args: Dict[str, Any] = dict(LOCAL_OVERRIDES)
+    for key, value in dict(params or {}).items():
+        if key not in known:
+            raise BadInput("params", key, f"not a pipeline parameter; known: {', '.join(sorted(known))}")
+        args[key] = value
+    args["data_uri"] = str(data_path.resolve())
+
+    work = Path(workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    run_dir = _fresh_run_dir(work)
+    # kfp.local rmtree()s workspace_root when the run ends: give it its own throwaway directory.
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir / "outputs"),
+               workspace_root=str(run_dir / "workspace"), raise_on_error=True, enable_caching=False)
+    started = time.monotonic()
+    try:
+        task = ctr_training_pipeline(**args)
+    except RuntimeError as exc:
+        raise LocalRunFailed(f"{exc}; task outputs and executor logs are under {run_dir / 'outputs'}") from exc
+    seconds = time.monotonic() - started
+
+    outs = task.outputs
+    model_dst, report_dst, metrics_dst = work / "model", work / "report.html", work / "metrics.json"
+    _replace(outs["model"].path, model_dst)
+    _replace(outs["report"].path, report_dst)
+    _replace(outs["metrics"].path, metrics_dst)
+    with open(metrics_dst) as f:
+        scalars = json.load(f)
+    merged = {**{k: v for k, v in known.items()}, **args}
+    summary = {
+        "auc": float(outs["auc"]),
+        "logloss": float(scalars["logloss"]),
+        "rows": int(scalars["rows"]),
+        "positive_rate": float(scalars["positive_rate"]),
+        "passed_gate": bool(outs["passed"]),
+        "min_auc": float(merged["min_auc"]),
+        "model": str(model_dst),
+        "report": str(report_dst),
+        "metrics": str(metrics_dst),
+        "data": args["data_uri"],
+        "run_dir": str(run_dir),
+        "seconds": round(seconds, 1),
+        "params": merged,
+    }
+    tmp = work / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, work / "summary.json")
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------
+# compile
+
+
+def compiled_files() -> Dict[str, Any]:
+    """Map each committed YAML (path relative to the source tree) to the pipeline/component it compiles."""
+    from components.data_prep import prepare_ctr_data
+    from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
+    from components.train import train_ctr
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline
+
+    out: Dict[str, Any] = {"pipelines/ctr_training_pipeline.yaml": ctr_training_pipeline}
+    for comp in (prepare_ctr_data, train_ctr, evaluate_ctr, check_auc_gate, publish_model):
+        out[f"components/{comp.pipeline_func.__name__}.yaml"] = comp
+    return out
+
+
+def compile_all(out_dir: Optional[str] = None) -> List[str]:
+    """Compile the pipeline and every component to YAML.
+
+    Args:
+        out_dir: write every file flat into this directory; by default each goes next to its source
+            (``pipelines/*.yaml``, ``components/*.yaml``), i.e. regenerates the committed files.
+
+    Returns:
+        The paths written.
+    """
+    from kfp import compiler
+
+    root = Path(__file__).resolve().parents[1]
+    written = []
+    for rel, func in compiled_files().items():
+        dst = Path(out_dir) / Path(rel).name if out_dir else root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        compiler.Compiler().compile(func, str(dst))
+        written.append(str(dst))
+    return written
+
+
+# ----------------------------------------------------------------------------------------------
+# submit
+
+
+def _check_cron(expr: str) -> None:
+    fields = expr.split()
+    if len(fields) != 6:
+        raise BadInput("--cron", expr, "KFP cron expressions have 6 fields, seconds first: "
+                                       "'0 0 2 * * *' runs every day at 02:00")
+
+
+def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str] = None,
+           cron: Optional[str] = None, max_concurrency: int = 1,
+           params: Optional[Mapping[str, Any]] = None, namespace: Optional[str] = None,
+           service_account: Optional[str] = None, client: Any = None) -> Dict[str, Any]:
+    """Submit the pipeline to a KFP API server: one run now, or a recurring run on a cron schedule.
+
+    The pipeline is compiled from the installed code into a temporary file first, so what runs is
+    exactly this version.
+
+    Args:
+        host: KFP API endpoint, e.g. ``http://localhost:8080`` (``kubectl port-forward`` to ml-pipeline-ui).
+        experiment: experiment to file the run under (created if missing).
+        run_name: display name; defaults to ``ctr-training-<UTC time>``.
+        cron: 6-field cron expression (seconds first); schedules a recurring run instead of one run.
+        max_concurrency: recurring runs allowed at once.
+        params: pipeline arguments overriding the defaults.
+        namespace: multi-user deployments: the profile namespace.
+        service_account: the run's service account (needs RBAC for Volcano Jobs); default pipeline-runner.
+        client: an existing ``kfp.Client`` (tests); by default one is made for ``host``.
+
+    Returns:
+        ``{"kind": "run"|"recurring_run", "id": ..., "experiment_id": ..., "url": ...}``.
+    """
+    from kfp import Client, compiler
+
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline
+
+    if cron is not None:
+        _check_cron(cron)
+    if max_concurrency < 1:
+        raise BadInput("--max-concurrency", max_concurrency, "allow at least 1 concurrent run")
+    known = pipeline_parameters()
+    for key in dict(params or {}):
+        if key not in known:
+            raise BadInput("params", key, f"not a pipeline parameter; known: {', '.join(sorted(known))}")
+    name = run_name or "ctr-training-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    client = client or Client(host=host, namespace=namespace or "kubeflow")
+    with tempfile.TemporaryDirectory(prefix="ctr-submit-") as tmp:
+        package = os.path.join(tmp, "ctr_training_pipeline.yaml")
+        compiler.Compiler().compile(ctr_training_pipeline, package)
+        exp = client.create_experiment(name=experiment, namespace=namespace)
+        exp_id = exp.experiment_id
+        base = host.rstrip("/")
+        if cron is None:
+            res = client.run_pipeline(experiment_id=exp_id, job_name=name, pipeline_package_path=package,
+                                      params=dict(params or {}), service_account=service_account)
+            return {"kind": "run", "id": res.run_id, "experiment_id": exp_id,
+                    "url": f"{base}/#/runs/details/{res.run_id}"}
+        rec = client.create_recurring_run(
+            experiment_id=exp_id, job_name=name, cron_expression=cron, max_concurrency=max_concurrency,
+            no_catchup=True, params=dict(params or {}), pipeline_package_path=package,
+            service_account=service_account)
+        return {"kind": "recurring_run", "id": rec.recurring_run_id, "experiment_id": exp_id,
+                "url": f"{base}/#/recurringrun/details/{rec.recurring_run_id}"}
