@@ -1,0 +1,332 @@
+"""The typed description of one training gang on Volcano, validated once.
+
+:class:`TrainJobSpec` is what a caller (the KFP component, the CLI, a test) fills in; everything
+derivable (gang size, per-task env, ports, policies, DNS names) is derived from it by
+:func:`ctr_volcano.volcano.manifest.build_job`. Validation happens here, in ``__post_init__``, so a
+bad value fails with :class:`~ctr_volcano.errors.BadInput` naming the field and the fix before any
+API call is made.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from ctr_volcano.errors import BadInput
+from ctr_volcano.volcano.names import is_dns1035_label, is_dns1123_label, is_dns1123_subdomain
+
+__all__ = ["Resources", "PvcVolume", "SecretEnv", "TrainJobSpec", "DEFAULT_PS_PORT",
+           "DEFAULT_GLOO_PORT", "DEFAULT_UID"]
+
+DEFAULT_PS_PORT = 36001
+DEFAULT_GLOO_PORT = 36100
+#: Non-root user the pods run as (the trainer image creates it; see docker/Dockerfile.trainer).
+DEFAULT_UID = 1000
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _check_quantity(field_name: str, value: Optional[str]) -> None:
+    if value is not None and not _QUANTITY.match(str(value)):
+        raise BadInput(field_name, value, "use a Kubernetes quantity such as '500m', '2', '4Gi'")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Requests/limits of one role's pods.
+
+    Attributes:
+        cpu: CPU request (Kubernetes quantity). A gang is scheduled only if every pod's request fits.
+        memory: memory request; also the memory limit unless ``memory_limit`` is set, so an
+            over-allocating pod is OOM-killed visibly instead of starving its node.
+        cpu_limit: CPU limit; ``None`` leaves CPU unlimited (Paddle's brpc threads burst).
+        memory_limit: memory limit; ``None`` means equal to ``memory``.
+        gpu: number of GPUs (requests = limits, as Kubernetes requires for extended resources).
+        gpu_resource: the extended resource name of the GPU device plugin.
+    """
+
+    cpu: str = "1"
+    memory: str = "2Gi"
+    cpu_limit: Optional[str] = None
+    memory_limit: Optional[str] = None
+    gpu: int = 0
+    gpu_resource: str = "nvidia.com/gpu"
+
+    def __post_init__(self) -> None:
+        _check_quantity("cpu", self.cpu)
+        _check_quantity("memory", self.memory)
+        _check_quantity("cpu_limit", self.cpu_limit)
+        _check_quantity("memory_limit", self.memory_limit)
+        if not isinstance(self.gpu, int) or self.gpu < 0:
+            raise BadInput("gpu", self.gpu, "use a whole number of GPUs >= 0")
+        if "/" not in self.gpu_resource:
+            raise BadInput("gpu_resource", self.gpu_resource,
+                           "use an extended resource name like 'nvidia.com/gpu'")
+
+    def to_k8s(self) -> Dict[str, Dict[str, str]]:
+        """The container ``resources`` object."""
+        requests = {"cpu": str(self.cpu), "memory": str(self.memory)}
+        limits = {"memory": str(self.memory_limit or self.memory)}
+        if self.cpu_limit:
+            limits["cpu"] = str(self.cpu_limit)
+        if self.gpu:
+            requests[self.gpu_resource] = str(self.gpu)
+            limits[self.gpu_resource] = str(self.gpu)
+        return {"requests": requests, "limits": limits}
+
+
+@dataclass(frozen=True)
+class PvcVolume:
+    """A PersistentVolumeClaim mounted into every pod of the job.
+
+    Attributes:
+        claim_name: the PVC's name (must exist in the job's namespace; ReadWriteMany for shared data).
+        mount_path: where it appears in the containers.
+        sub_path: optional sub-directory of the volume to mount.
+        read_only: mount read-only.
+    """
+
+    claim_name: str
+    mount_path: str
+    sub_path: Optional[str] = None
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not is_dns1123_subdomain(self.claim_name):
+            raise BadInput("volumes.claim_name", self.claim_name,
+                           "use the name of an existing PersistentVolumeClaim (lower case, DNS-1123)")
+        if not self.mount_path.startswith("/") or ":" in self.mount_path:
+            raise BadInput("volumes.mount_path", self.mount_path,
+                           "use an absolute path without ':' such as /mnt/ctr")
+
+
+@dataclass(frozen=True)
+class SecretEnv:
+    """An environment variable taken from a Secret key (credentials stay out of the manifest).
+
+    Attributes:
+        name: the environment variable's name.
+        secret: the Secret's name in the job's namespace.
+        key: the key inside the Secret.
+    """
+
+    name: str
+    secret: str
+    key: str
+
+    def __post_init__(self) -> None:
+        if not _ENV_NAME.match(self.name):
+            raise BadInput("env_from_secrets.name", self.name, "use a valid variable name like AWS_ACCESS_KEY_ID")
+        if not is_dns1123_subdomain(self.secret):
+            raise BadInput("env_from_secrets.secret", self.secret, "use the name of a Secret (lower case, DNS-1123)")
+        if not self.key:
+            raise BadInput("env_from_secrets.key", self.key, "name the key inside the Secret")
+
+
+def _freeze_mapping(value: Optional[Mapping[str, Any]]) -> Tuple[Tuple[str, Any], ...]:
+    return tuple(sorted((value or {}).items()))
+
+
+@dataclass(frozen=True)
+class TrainJobSpec:
+    """Everything needed to render and run one pserver/trainer gang as a Volcano Job.
+
+    Mapping-valued fields may be given as dicts; they are stored as sorted tuples of pairs so the
+    spec stays hashable and immutable (read them back with ``dict(spec.labels)``).
+
+    Attributes:
+        name: the Job name (DNS-1035 label; see :func:`~ctr_volcano.volcano.names.job_name_for`).
+        namespace: the namespace of the Job, its pods, PVCs and Secrets.
+        image: the training runtime image (``ctr_volcano.images.trainer_image()``).
+        data_dir: the prep output directory as the pods see it (on a shared volume).
+        output_dir: where the pods write ``model/``, ``metrics.json`` and ``checkpoints/``.
+        pservers: parameter-server replicas (the ``pserver`` task).
+        trainers: trainer replicas (the ``trainer`` task).
+        train_config: the training config (JSON-able); ``ctr_model`` validates it in the pod.
+        pserver_resources: requests/limits of each pserver pod.
+        trainer_resources: requests/limits of each trainer pod.
+        queue: the Volcano queue (must exist and be Open).
+        priority_class: a PriorityClass name; ``None`` for the cluster default.
+        max_retry: how many times the whole gang is restarted after a pod fails or is evicted
+            (Volcano ``maxRetry`` = ``max_retry + 1`` attempts).
+        ttl_seconds_after_finished: Volcano deletes the finished Job after this long; ``None`` keeps it.
+        schedule_timeout_s: how long the launcher lets the gang stay Pending before giving up.
+        node_selector: node labels every pod requires.
+        tolerations: Kubernetes toleration objects (dicts).
+        affinity: a Kubernetes affinity object (dict) for every pod.
+        service_account: the pods' service account; ``None`` for the namespace default.
+        image_pull_secrets: names of docker-registry Secrets.
+        image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; ``None`` for Kubernetes' default.
+        volumes: PVCs mounted into every pod.
+        env_from_secrets: environment variables read from Secrets.
+        env: extra plain environment variables (not the contract's ``CTR_*`` ones).
+        labels: extra labels on the Job and its pods.
+        annotations: extra annotations on the Job.
+        ps_port: the port every pserver listens on.
+        gloo_port: Paddle's Gloo HTTP rendezvous port, served by pserver 0.
+        run_id: the KFP run id (label only; the name already encodes it).
+        task_name: the KFP task name (label only).
+        run_as_user: the non-root UID (and GID/fsGroup) of every container.
+        disable_network_policy: pass ``--disable-network-policy`` to Volcano's svc plugin, for
+            clusters where something outside the job must reach the pods.
+        scheduler_name: the Volcano scheduler's name.
+        shm_size: size of an in-memory ``/dev/shm`` (Paddle's data loader uses shared memory);
+            ``None`` keeps the container runtime's 64 MiB default.
+    """
+
+    name: str
+    namespace: str
+    image: str
+    data_dir: str
+    output_dir: str
+    pservers: int = 2
+    trainers: int = 2
+    train_config: Any = ()
+    pserver_resources: Resources = field(default_factory=Resources)
+    trainer_resources: Resources = field(default_factory=Resources)
+    queue: str = "default"
+    priority_class: Optional[str] = None
+    max_retry: int = 2
+    ttl_seconds_after_finished: Optional[int] = 3600
+    schedule_timeout_s: int = 600
+    node_selector: Any = ()
+    tolerations: Tuple[Mapping[str, Any], ...] = ()
+    affinity: Optional[Mapping[str, Any]] = None
+    service_account: Optional[str] = None
+    image_pull_secrets: Tuple[str, ...] = ()
+    image_pull_policy: Optional[str] = None
+    volumes: Tuple[PvcVolume, ...] = ()
+    env_from_secrets: Tuple[SecretEnv, ...] = ()
+    env: Any = ()
+    labels: Any = ()
+    annotations: Any = ()
+    ps_port: int = DEFAULT_PS_PORT
+    gloo_port: int = DEFAULT_GLOO_PORT
+    run_id: Optional[str] = None
+    task_name: Optional[str] = None
+    run_as_user: int = DEFAULT_UID
+    disable_network_policy: bool = False
+    scheduler_name: str = "volcano"
+    shm_size: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        for name in ("train_config", "node_selector", "env", "labels", "annotations"):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, name, _freeze_mapping(value))
+            elif not isinstance(value, tuple):
+                raise BadInput(name, value, "pass a mapping (dict)")
+        for name in ("tolerations", "image_pull_secrets", "volumes", "env_from_secrets"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+            elif not isinstance(getattr(self, name), tuple):
+                raise BadInput(name, value, "pass a list")
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        if not is_dns1035_label(self.name):
+            raise BadInput("name", self.name,
+                           "use a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+                           "letter, at most 63 characters); Volcano's svc plugin names a Service after it")
+        longest_pod = max(len(f"{self.name}-pserver-{self.pservers - 1}"),
+                          len(f"{self.name}-trainer-{self.trainers - 1}"))
+        if longest_pod > 63:
+            raise BadInput("name", self.name,
+                           f"shorten the job name: pod name '{self.name}-trainer-{self.trainers - 1}' "
+                           f"would have {longest_pod} > 63 characters")
+        if not is_dns1123_label(self.namespace):
+            raise BadInput("namespace", self.namespace, "use an existing namespace's name (DNS-1123 label)")
+        if not self.image or any(c.isspace() for c in self.image):
+            raise BadInput("image", self.image, "give the trainer image reference, e.g. registry/ctr-trainer:0.1.0")
+        for name in ("data_dir", "output_dir"):
+            value = getattr(self, name)
+            if not value or not value.startswith("/"):
+                raise BadInput(name, value, "use an absolute path on a volume every pod mounts")
+        for name in ("pservers", "trainers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
+                raise BadInput(name, value, "use a whole number between 1 and 1000")
+        if not is_dns1123_subdomain(self.queue):
+            raise BadInput("queue", self.queue, "name an existing Open Volcano queue, e.g. 'default'")
+        if self.queue == "root":
+            raise BadInput("queue", self.queue, "'root' is not a leaf queue; use 'default' or a child queue")
+        if self.priority_class is not None and not is_dns1123_subdomain(self.priority_class):
+            raise BadInput("priority_class", self.priority_class, "name an existing PriorityClass or leave it empty")
+        if not isinstance(self.max_retry, int) or not 0 <= self.max_retry <= 100:
+            raise BadInput("max_retry", self.max_retry, "use a whole number of restarts between 0 and 100")
+        if self.ttl_seconds_after_finished is not None and (
+                not isinstance(self.ttl_seconds_after_finished, int) or self.ttl_seconds_after_finished < 0):
+            raise BadInput("ttl_seconds_after_finished", self.ttl_seconds_after_finished,
+                           "use seconds >= 0, or None to keep finished jobs")
+        if not isinstance(self.schedule_timeout_s, int) or self.schedule_timeout_s < 1:
+            raise BadInput("schedule_timeout_s", self.schedule_timeout_s, "use seconds >= 1")
+        for name in ("ps_port", "gloo_port"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 1024 <= value <= 65535:
+                raise BadInput(name, value, "use an unprivileged TCP port in 1024..65535 (pods run as non-root)")
+        if self.ps_port == self.gloo_port:
+            raise BadInput("gloo_port", self.gloo_port, "use a port different from ps_port")
+        if self.service_account is not None and not is_dns1123_subdomain(self.service_account):
+            raise BadInput("service_account", self.service_account, "name an existing ServiceAccount")
+        for secret in self.image_pull_secrets:
+            if not is_dns1123_subdomain(secret):
+                raise BadInput("image_pull_secrets", secret, "name an existing docker-registry Secret")
+        if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
+            raise BadInput("image_pull_policy", self.image_pull_policy, "use Always, IfNotPresent or Never")
+        for item in self.volumes:
+            if not isinstance(item, PvcVolume):
+                raise BadInput("volumes", item, "pass PvcVolume objects")
+        mounts = [v.mount_path for v in self.volumes]
+        if len(set(mounts)) != len(mounts):
+            raise BadInput("volumes", mounts, "give every volume its own mount_path")
+        if any(m == "/etc/volcano" or m.startswith("/etc/volcano/") for m in mounts):
+            raise BadInput("volumes", mounts, "do not mount over /etc/volcano (Volcano's svc plugin uses it)")
+        for item in self.env_from_secrets:
+            if not isinstance(item, SecretEnv):
+                raise BadInput("env_from_secrets", item, "pass SecretEnv objects")
+        for key, _ in self.env:
+            if not _ENV_NAME.match(str(key)):
+                raise BadInput("env", key, "use valid environment variable names")
+            if str(key).startswith(("CTR_", "VC_", "VK_")):
+                raise BadInput("env", key, "CTR_*, VC_* and VK_* are set by the launcher and Volcano; "
+                                          "use the spec's fields instead")
+        for key, value in self.labels:
+            if not _LABEL_KEY.match(str(key)) or not _LABEL_VALUE.match(str(value)):
+                raise BadInput("labels", f"{key}={value}", "use Kubernetes label syntax (value <= 63 "
+                                                          "characters of [A-Za-z0-9-_.])")
+            if str(key).startswith("volcano.sh/"):
+                raise BadInput("labels", key, "volcano.sh/ labels are set by Volcano")
+        for key, _ in self.annotations:
+            if not _LABEL_KEY.match(str(key)):
+                raise BadInput("annotations", key, "use Kubernetes annotation key syntax")
+        for i, tol in enumerate(self.tolerations):
+            if not isinstance(tol, Mapping):
+                raise BadInput(f"tolerations[{i}]", tol, "pass Kubernetes toleration objects (dicts)")
+        if self.affinity is not None and not isinstance(self.affinity, Mapping):
+            raise BadInput("affinity", self.affinity, "pass a Kubernetes affinity object (dict)")
+        if not isinstance(self.run_as_user, int) or self.run_as_user < 1:
+            raise BadInput("run_as_user", self.run_as_user, "use a non-root UID >= 1")
+        if not self.scheduler_name or len(self.scheduler_name) > 63:
+            raise BadInput("scheduler_name", self.scheduler_name, "use the Volcano scheduler's name, 'volcano'")
+        _check_quantity("shm_size", self.shm_size)
+        try:
+            import json
+            json.dumps(dict(self.train_config))
+        except (TypeError, ValueError) as exc:
+            raise BadInput("train_config", dict(self.train_config), f"use JSON-able values only ({exc})") from None
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def gang_size(self) -> int:
+        """Pods that must be schedulable together (all of them: a PS job cannot run partially)."""
+        return self.pservers + self.trainers
+
+    @property
+    def volcano_max_retry(self) -> int:
+        """Volcano's ``maxRetry``: the number of attempts, i.e. restarts + 1."""
+        return self.max_retry + 1
