@@ -192,7 +192,7 @@ def compiled_files() -> Dict[str, Any]:
 
     out: Dict[str, Any] = {"pipelines/ctr_training_pipeline.yaml": ctr_training_pipeline}
     for comp in (prepare_ctr_data, train_ctr, evaluate_ctr, check_auc_gate, publish_model):
-        out[f"components/{comp.pipeline_func.__name__}.yaml"] = comp
+        out[f"components/{comp.python_func.__name__}.yaml"] = comp
     return out
 
 

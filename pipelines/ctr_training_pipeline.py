@@ -1,0 +1,121 @@
+"""The CTR training pipeline: prep -> distributed train -> evaluate -> AUC gate -> publish.
+
+Why it looks like this:
+
+* Raw data enters through ``dsl.importer`` on the ``data_uri`` parameter. It is the one way that works
+  both on a cluster (any URI the KFP launcher can download: ``minio://``, ``s3://``, ``gs://``) and
+  under ``kfp.local`` (a local path), and the data shows up as a tracked Dataset artifact in the UI.
+* The gate is a separate single-output task and the condition reads its ``.output``: ``kfp.local``
+  2.17.3 silently treats a condition on a named output of a multi-output task as false.
+* Every parameter has a default, so a run from the KFP UI needs no typing; the defaults target a
+  cluster (``backend="volcano"``). ``ctr-volcano run`` overrides ``backend="local"`` and ``data_uri``.
+
+Compiled to ``ctr_training_pipeline.yaml`` next to this file by ``ctr-volcano compile``; a test fails
+when the two drift apart.
+"""
+
+from typing import NamedTuple
+
+from kfp import dsl, kubernetes
+from kfp.dsl import HTML, Dataset, Metrics, Model
+
+from components.data_prep import prepare_ctr_data
+from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
+from components.train import train_ctr
+
+__all__ = ["ctr_training_pipeline", "PIPELINE_NAME", "DEFAULT_DATA_URI", "DEFAULT_PVC_NAME"]
+
+PIPELINE_NAME = "ctr-training-pipeline"
+#: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see docs/pipelines.md).
+DEFAULT_DATA_URI = "minio://mlpipeline/ctr-volcano/data/sample"
+#: The ReadWriteMany PVC shared by the training step and its Volcano gang (see docs/pipelines.md).
+DEFAULT_PVC_NAME = "ctr-volcano-shared"
+#: Where the training step and the gang's pods mount it.
+PVC_MOUNT_PATH = "/mnt/ctr"
+
+
+@dsl.pipeline(name=PIPELINE_NAME, display_name="CTR training: PaddlePaddle parameter server on Volcano")
+def ctr_training_pipeline(
+    data_uri: str = DEFAULT_DATA_URI,
+    hash_buckets: int = 1000001,
+    test_fraction: float = 0.1,
+    shards: int = 8,
+    max_bad_fraction: float = 0.001,
+    seed: int = 42,
+    backend: str = "volcano",
+    pservers: int = 2,
+    trainers: int = 2,
+    epochs: int = 2,
+    batch_size: int = 512,
+    learning_rate: float = 0.001,
+    max_retry: int = 2,
+    namespace: str = "",
+    image: str = "",
+    queue: str = "default",
+    priority_class: str = "",
+    pvc_name: str = DEFAULT_PVC_NAME,
+    cpu: str = "1",
+    memory: str = "2Gi",
+    schedule_timeout_s: int = 600,
+    threshold: float = 0.5,
+    min_auc: float = 0.7,
+) -> NamedTuple("Outputs", [("auc", float), ("passed", bool), ("model", Model), ("metrics", Metrics),
+                            ("report", HTML)]):
+    """Train a click-through-rate model on Criteo-format data and publish it if its test AUC is good enough.
+
+    Args:
+        data_uri: raw Criteo TSV data (a file or a directory of files), as a URI the pipeline can read: minio://, s3:// or gs:// on a cluster, a local path under kfp.local.
+        hash_buckets: size of the categorical feature hash space (embedding rows).
+        test_fraction: share of rows held out for evaluation.
+        shards: number of Parquet shards per split (at least trainers x reader threads).
+        max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
+        seed: seed of the train/test split.
+        backend: where training runs: "volcano" (a Volcano Job of pservers and trainers) or "local" (the same gang as processes in the step's pod).
+        pservers: parameter servers in the training gang.
+        trainers: trainers in the training gang.
+        epochs: passes over the training data.
+        batch_size: examples per trainer step.
+        learning_rate: Adam learning rate.
+        max_retry: times the whole gang is restarted after a pod failure before the step fails.
+        namespace: Kubernetes namespace of the Volcano Job; empty means the pipeline run's namespace.
+        image: trainer container image; empty means the release's default trainer image.
+        queue: Volcano queue to submit the job to.
+        priority_class: Kubernetes PriorityClass of the gang's pods; empty for none.
+        pvc_name: ReadWriteMany PVC mounted by the training step and its gang, through which data and model travel; it must exist in the run's namespace.
+        cpu: CPU request of every pod of the gang.
+        memory: memory request and limit of every pod of the gang.
+        schedule_timeout_s: seconds the gang may wait for the Volcano scheduler before the step fails with the PodGroup's reason.
+        threshold: probability at or above which an impression counts as a predicted click (confusion matrix).
+        min_auc: quality gate: the model is published only if its test AUC is at least this.
+
+    Returns:
+        auc: the test AUC; passed: whether the gate let the model through; model, metrics and report
+        from the training and evaluation steps.
+    """
+    raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
+    raw.set_display_name("raw data")
+    prep = prepare_ctr_data(
+        raw_data=raw.output, hash_buckets=hash_buckets, test_fraction=test_fraction, shards=shards,
+        max_bad_fraction=max_bad_fraction, seed=seed)
+    prep.set_display_name("prepare data")
+    train = train_ctr(
+        train_data=prep.outputs["train_data"], backend=backend, pservers=pservers, trainers=trainers,
+        epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, max_retry=max_retry,
+        namespace=namespace, image=image, queue=queue, priority_class=priority_class, pvc_name=pvc_name,
+        pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu, memory=memory, schedule_timeout_s=schedule_timeout_s,
+        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
+    train.set_display_name("train (parameter server)")
+    kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)  # ignored by kfp.local
+    evaluation = evaluate_ctr(model=train.outputs["model"], test_data=prep.outputs["test_data"],
+                              threshold=threshold)
+    evaluation.set_display_name("evaluate")
+    gate = check_auc_gate(auc=evaluation.outputs["Output"], min_auc=min_auc)
+    gate.set_display_name("AUC gate")
+    with dsl.If(gate.output == True, name="auc-gate-passed"):  # noqa: E712 (a KFP condition, not Python)
+        publish = publish_model(model=train.outputs["model"], auc=evaluation.outputs["Output"],
+                                min_auc=min_auc)
+        publish.set_display_name("publish model")
+    outputs = NamedTuple("Outputs", [("auc", float), ("passed", bool), ("model", Model),
+                                     ("metrics", Metrics), ("report", HTML)])
+    return outputs(auc=evaluation.outputs["Output"], passed=gate.output, model=train.outputs["model"],
+                   metrics=evaluation.outputs["metrics"], report=evaluation.outputs["report"])
