@@ -342,6 +342,8 @@ def _collect(batches: Iterable[Tuple[Any, Any]]) -> Tuple[np.ndarray, np.ndarray
     ys: List[np.ndarray] = []
     ps: List[np.ndarray] = []
     for labels, probs in batches:
+        if labels is None:
+            raise BadInput("data", "no label column", "evaluate on a labelled split (the prep step's test_data)")
         ys.append(np.asarray(labels, dtype=np.int8).reshape(-1))
         ps.append(np.asarray(probs, dtype=np.float32).reshape(-1))
     if not ys:
@@ -375,19 +377,23 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
     if not 0.0 <= threshold <= 1.0:
         raise BadInput("threshold", threshold, "use a probability threshold in [0, 1], e.g. 0.5")
     split_dir = find_split_dir(data_dir)
-    from ctr_model.features import check_split_schema
-
-    try:
-        check_split_schema(split_dir)
-    except ValueError as exc:  # ctr_model raises its own light ValueError subclasses
-        raise BadInput("data", split_dir, str(exc)) from exc
-    parts = _parquet_parts(split_dir)
     if scorer is None:
         if not os.path.isdir(model_dir):
             raise BadInput("model", model_dir, "pass the exported model directory written by training")
         from ctr_model.infer import load_model
 
-        scorer = load_model(model_dir)
+        try:
+            scorer = load_model(model_dir)
+        except ValueError as exc:  # ctr_model.infer.ModelError: names the missing file and the fix
+            raise BadInput("model", model_dir, str(exc)) from exc
+    from ctr_model.features import check_split_schema
+
+    meta = getattr(scorer, "meta", None) or {}
+    try:
+        check_split_schema(split_dir, expected_buckets=meta.get("hash_buckets"))
+    except ValueError as exc:  # ctr_model.features.SchemaMismatch: version, columns or buckets differ
+        raise BadInput("data", split_dir, str(exc)) from exc
+    parts = _parquet_parts(split_dir)
     labels, probs = _collect(scorer.predict_files(parts, batch_size=batch_size))
     expected = _expected_rows(split_dir)
     if expected is not None and expected != labels.size:

@@ -210,3 +210,30 @@ def test_evaluate_missing_data_dir_is_clear(tmp_path):
         ev.evaluate("m", str(tmp_path), str(tmp_path / "out"), scorer=DenseScorer())
     with pytest.raises(BadInput, match="existing directory"):
         ev.evaluate("m", str(tmp_path / "nope"), str(tmp_path / "out"), scorer=DenseScorer())
+
+
+def test_evaluate_refuses_data_hashed_for_another_model(tmp_path):
+    _write_split(tmp_path / "test")  # hash_buckets 1000 in schema.json
+    scorer = DenseScorer()
+    scorer.meta = {"hash_buckets": 5000}
+    with pytest.raises(BadInput) as info:
+        ev.evaluate("unused", str(tmp_path / "test"), str(tmp_path / "out"), scorer=scorer)
+    assert info.value.field == "data" and "hash_buckets" in str(info.value)
+
+
+def test_evaluate_unlabelled_data_and_missing_model_are_clear(tmp_path):
+    _write_split(tmp_path / "test")
+
+    class Unlabelled:
+        def predict_files(self, paths, batch_size):
+            yield None, np.array([0.5])
+
+    with pytest.raises(BadInput, match="label"):
+        ev.evaluate("unused", str(tmp_path / "test"), str(tmp_path / "out"), scorer=Unlabelled())
+    with pytest.raises(BadInput) as info:
+        ev.evaluate(str(tmp_path / "no-model"), str(tmp_path / "test"), str(tmp_path / "out"))
+    assert info.value.field == "model"
+    (tmp_path / "empty-model").mkdir()
+    with pytest.raises(BadInput) as info:
+        ev.evaluate(str(tmp_path / "empty-model"), str(tmp_path / "test"), str(tmp_path / "out"))
+    assert info.value.field == "model" and "model_meta.json" in str(info.value)
