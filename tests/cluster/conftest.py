@@ -1,0 +1,128 @@
+"""Fixtures of the cluster tier: one real control plane per session, one namespace per test.
+
+The session fixture builds the pinned binaries on first use (``tools/minicluster/build.sh``; a cold
+build takes tens of minutes and prints its progress), starts etcd, kube-apiserver,
+kube-controller-manager, vc-scheduler, vc-controller-manager and kwok on 127.0.0.1, and stops them
+all at the end (the teardown asserts no process is left). Each test gets a fresh namespace and its
+own kwok nodes, labelled with the namespace, so tests that size the cluster (gang, stuck gang) do
+not see each other's nodes when they pin their pods with a node selector.
+
+The tier is skipped only when the ``go`` tool is missing altogether.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "minicluster"))
+
+import minicluster as mc  # noqa: E402  (tools/minicluster is not a package)
+
+NODE_LABEL = "minicluster.test/pool"
+_counter = itertools.count()
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def minicluster_bin() -> Path:
+    """Directory of the pinned binaries, built on first use."""
+    if shutil.which("go") is None:
+        pytest.skip("the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries")
+    t0 = time.monotonic()
+    bin_dir = mc.build_binaries()
+    print(f"\nminicluster: binaries ready in {time.monotonic() - t0:.0f}s ({bin_dir})",
+          file=sys.stderr)
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def cluster(minicluster_bin, tmp_path_factory):
+    """The running mini cluster (a :class:`minicluster.MiniCluster`)."""
+    workdir = tmp_path_factory.mktemp("minicluster")
+    c = mc.MiniCluster(minicluster_bin, workdir, schedule_period="500ms")
+    try:
+        c.start()
+        yield c
+    finally:
+        pids = c.pids()
+        c.stop()
+        left = [p for p in pids if _pid_alive(p)]
+        assert not left, f"minicluster processes left running: {left}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    # A zombie is gone for our purposes; /proc tells.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@dataclass
+class Sandbox:
+    """One test's namespace and nodes in the shared cluster."""
+
+    cluster: "mc.MiniCluster"
+    namespace: str
+    pool: str
+    nodes: List[str] = field(default_factory=list)
+
+    @property
+    def node_selector(self) -> Dict[str, str]:
+        """Pin pods to this test's nodes."""
+        return {NODE_LABEL: self.pool}
+
+    def add_nodes(self, count: int, cpu: str = "4", memory: str = "16Gi", pods: int = 110) -> List[str]:
+        names = self.cluster.add_nodes(count, mc.NodeShape(cpu=cpu, memory=memory, pods=pods,
+                                                           labels={NODE_LABEL: self.pool}),
+                                       prefix=f"{self.pool}-n", start=len(self.nodes))
+        self.nodes.extend(names)
+        return names
+
+    def api(self):
+        return self.cluster.api_client()
+
+
+@pytest.fixture
+def sandbox(cluster, request) -> Sandbox:
+    """A fresh namespace plus a private node pool; jobs, pods and nodes are removed afterwards."""
+    from kubernetes import client
+
+    pool = f"t{os.getpid() % 1000}-{next(_counter)}"
+    ns = cluster.create_namespace(f"ns-{pool}")
+    box = Sandbox(cluster, ns, pool)
+    yield box
+    co = client.CustomObjectsApi(cluster.api_client())
+    core = client.CoreV1Api(cluster.api_client())
+    for job in co.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", ns, "jobs")["items"]:
+        try:
+            co.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", ns, "jobs",
+                                               job["metadata"]["name"],
+                                               body={"propagationPolicy": "Background"})
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    cluster.delete_nodes(box.nodes)
+    core.delete_namespace(ns)

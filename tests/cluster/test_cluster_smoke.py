@@ -1,0 +1,57 @@
+"""The mini cluster itself works: a hand-written Volcano Job is gang-scheduled onto kwok nodes,
+runs, and completes through Volcano's TaskCompleted -> CompleteJob policy; deleting a Job removes
+its pods (kube-controller-manager's garbage collector)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.cluster.helpers import (bound_pods, get_job, get_podgroups, job_pods, plain_job,
+                                   pod_phases, set_outcome, wait_for)
+
+pytestmark = pytest.mark.cluster
+
+
+def _create(sandbox, body):
+    from kubernetes import client
+    client.CustomObjectsApi(sandbox.api()).create_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", sandbox.namespace, "jobs", body)
+
+
+def test_plain_job_runs_and_completes(cluster, sandbox):
+    api = sandbox.api()
+    sandbox.add_nodes(2, cpu="2")
+    _create(sandbox, plain_job("smoke", pservers=1, trainers=2, node_selector=sandbox.node_selector))
+    ns = sandbox.namespace
+
+    pgs = wait_for("the Job's PodGroup", lambda: get_podgroups(api, ns), cluster=cluster)
+    assert pgs[0]["spec"]["minMember"] == 3
+    phases = wait_for("3 Running pods", lambda: (lambda p: p if len(p) == 3 and set(p.values()) == {"Running"}
+                                                  else None)(pod_phases(api, ns, "smoke")),
+                      cluster=cluster)
+    nodes = {p.spec.node_name for p in job_pods(api, ns, "smoke")}
+    assert nodes <= set(sandbox.nodes), nodes
+    wait_for("Job Running", lambda: (get_job(api, ns, "smoke") or {}).get("status", {})
+             .get("state", {}).get("phase") == "Running", cluster=cluster)
+
+    for name in phases:
+        if "-trainer-" in name:
+            set_outcome(api, ns, name, "succeed")
+    wait_for("Job Completed", lambda: get_job(api, ns, "smoke")["status"]["state"]["phase"] == "Completed",
+             timeout=60, cluster=cluster)
+    # CompleteJob kills the still-running pserver.
+    wait_for("pserver gone or finished", lambda: all(
+        ph != "Running" for n, ph in pod_phases(api, ns, "smoke").items() if "-pserver-" in n),
+        cluster=cluster)
+
+
+def test_deleting_a_job_removes_its_pods(cluster, sandbox):
+    from kubernetes import client
+    api = sandbox.api()
+    ns = sandbox.namespace
+    sandbox.add_nodes(1, cpu="4")
+    _create(sandbox, plain_job("gc", pservers=1, trainers=1, node_selector=sandbox.node_selector))
+    wait_for("2 pods bound", lambda: len(bound_pods(api, ns, "gc")) == 2, cluster=cluster)
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", ns, "jobs", "gc", body={"propagationPolicy": "Background"})
+    wait_for("pods garbage-collected", lambda: not job_pods(api, ns, "gc"), timeout=60, cluster=cluster)
+    wait_for("PodGroup garbage-collected", lambda: not get_podgroups(api, ns), timeout=60, cluster=cluster)

@@ -1,0 +1,613 @@
+"""Run a throw-away Kubernetes + Volcano control plane on loopback, with kwok standing in for nodes.
+
+Why this exists: gang scheduling, queues and Volcano's job lifecycle only mean something when the
+real Volcano scheduler and controller decide, and no container engine is available to run kind or
+k3s. Every component here is a real binary built from its Go module by ``build.sh`` (etcd,
+kube-apiserver, kube-controller-manager for garbage collection, vc-scheduler,
+vc-controller-manager, kwok); this module only wires them together:
+
+* certificates and tokens are minted at start (``cryptography``), everything listens on 127.0.0.1
+  on free ports, and each process runs in its own session so :meth:`MiniCluster.stop` leaves
+  nothing behind;
+* the Volcano CRDs are applied before the scheduler starts (it panics without the Queue CRD);
+* kwok runs the label-gated stages of ``kwok-stages.yaml``: a bound pod becomes Running, and ends
+  only when a test labels it ``kwok-test/outcome=succeed|fail`` (optionally after the delay in the
+  ``kwok-test/after`` annotation), so a test decides which pod of a gang finishes and how.
+
+Stdlib + ``kubernetes`` + ``cryptography`` + PyYAML only, so the pytest fixture, the benchmark and
+the ``ctr-volcano minicluster`` verb can all import it from the checkout.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+__all__ = [
+    "HERE", "BUILD_SCRIPT", "CRD_DIRS", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
+    "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
+    "NodeShape",
+]
+
+HERE = Path(__file__).resolve().parent
+BUILD_SCRIPT = HERE / "build.sh"
+REPO = HERE.parents[1]
+#: Where the real Volcano CRD schemas live (shared/ beside the work tree, as laid out for the team;
+#: overridable with CTR_VOLCANO_CRD_DIR).
+CRD_DIRS: Sequence[Path] = ()
+OUTCOME_LABEL = "kwok-test/outcome"
+AFTER_ANNOTATION = "kwok-test/after"
+MESSAGE_ANNOTATION = "kwok-test/message"
+EXIT_CODE_ANNOTATION = "kwok-test/exit-code"
+ADMIN_TOKEN_USER = "minicluster-admin"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "vc-scheduler",
+            "vc-controller-manager", "kwok")
+
+
+class ClusterError(RuntimeError):
+    """A component failed to build or start; the message names it and points at its log."""
+
+
+def _log(msg: str) -> None:
+    print(f"minicluster: {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------------- build
+def binaries_dir() -> Path:
+    """The cache directory the pinned binaries are (or will be) built into."""
+    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-dir"], check=True,
+                         capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def build_binaries(stream: Any = None) -> Path:
+    """Build (or find) the binaries and return their directory.
+
+    Progress and timings go to ``stream`` (default: stderr), line by line, so a long cold build is
+    visible in pytest's output with ``-s`` and in CI logs.
+
+    Raises:
+        ClusterError: ``go`` is missing or a build step failed (the tail of its output is included).
+    """
+    if shutil.which("go") is None:
+        raise ClusterError("the 'go' tool is not installed; the cluster tier needs Go >= 1.25 "
+                           "(install Go, then re-run: tools/minicluster/build.sh)")
+    stream = stream or sys.stderr
+    started = time.monotonic()
+    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    tail: List[str] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-40:]
+            print(line.rstrip(), file=stream, flush=True)
+        rc = proc.wait()
+    except BaseException:
+        _kill_group(proc, grace=5)
+        raise
+    if rc != 0:
+        raise ClusterError("tools/minicluster/build.sh failed (exit %d) after %.0fs:\n%s"
+                           % (rc, time.monotonic() - started, "\n".join(tail)))
+    bin_dir = Path(tail[-1].strip())
+    missing = [b for b in BINARIES if not (bin_dir / b).is_file()]
+    if missing:
+        raise ClusterError(f"build finished but {missing} are missing in {bin_dir}")
+    return bin_dir
+
+
+# --------------------------------------------------------------------------------------- helpers
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the process group of ``proc``, then SIGKILL it after ``grace`` seconds."""
+    if proc.poll() is not None:
+        # The leader is gone; children of the group may survive, so signal the group anyway.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
+        pass
+
+
+def _default_crd_dirs() -> List[Path]:
+    env = os.environ.get("CTR_VOLCANO_CRD_DIR")
+    if env:
+        base = Path(env)
+    else:
+        # shared/ is laid beside the work tree (../shared/volcano/crd from the repo root).
+        base = REPO.parent / "shared" / "volcano" / "crd"
+    return [base, base / "runtime"]
+
+
+def _write_certs(pki: Path) -> Dict[str, Path]:
+    """Mint a CA, a serving certificate for 127.0.0.1 and a service-account key pair."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    import ipaddress
+
+    pki.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    not_before, not_after = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2)
+
+    def pem_key(key) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "minicluster-ca")])
+    ca_cert = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+               .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(not_before).not_valid_after(not_after)
+               .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                            content_commitment=False, key_encipherment=False,
+                                            data_encipherment=False, key_agreement=False,
+                                            encipher_only=False, decipher_only=False), critical=True)
+               .sign(ca_key, hashes.SHA256()))
+    srv_key = ec.generate_private_key(ec.SECP256R1())
+    srv_cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+                .issuer_name(ca_name).public_key(srv_key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(not_before).not_valid_after(not_after)
+                .add_extension(x509.SubjectAlternativeName([
+                    x509.DNSName("localhost"), x509.DNSName("kubernetes"),
+                    x509.DNSName("kubernetes.default.svc"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    x509.IPAddress(ipaddress.ip_address("10.0.0.1"))]), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    paths = {"ca": pki / "ca.crt", "ca_key": pki / "ca.key", "server": pki / "apiserver.crt",
+             "server_key": pki / "apiserver.key", "sa_key": pki / "sa.key", "sa_pub": pki / "sa.pub"}
+    paths["ca"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    paths["ca_key"].write_bytes(pem_key(ca_key))
+    paths["server"].write_bytes(srv_cert.public_bytes(serialization.Encoding.PEM))
+    paths["server_key"].write_bytes(pem_key(srv_key))
+    paths["sa_key"].write_bytes(pem_key(sa_key))
+    paths["sa_pub"].write_bytes(sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    for key in ("ca_key", "server_key", "sa_key"):
+        paths[key].chmod(0o600)
+    return paths
+
+
+def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: str = "user",
+                     namespace: Optional[str] = None) -> Path:
+    """Write a token kubeconfig (JSON is valid YAML, so no YAML text is templated)."""
+    context: Dict[str, Any] = {"cluster": "minicluster", "user": user}
+    if namespace:
+        context["namespace"] = namespace
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [{"name": "minicluster",
+                      "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "minicluster", "context": context}],
+        "current-context": "minicluster",
+    }
+    path.write_text(json.dumps(doc, indent=2))
+    path.chmod(0o600)
+    return path
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """Allocatable resources of one kwok node."""
+
+    cpu: str = "4"
+    memory: str = "16Gi"
+    pods: int = 110
+    labels: Dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------- cluster
+class MiniCluster:
+    """etcd + kube-apiserver + kube-controller-manager + Volcano + kwok, all on 127.0.0.1.
+
+    Typical use::
+
+        cluster = MiniCluster(build_binaries())
+        try:
+            cluster.start()
+            cluster.add_nodes(4, NodeShape(cpu="2"))
+            ...  # cluster.kubeconfig is an admin kubeconfig
+        finally:
+            cluster.stop()
+
+    Args:
+        bin_dir: directory holding the binaries from ``build.sh``.
+        workdir: where certificates, data and logs go (a fresh temp dir by default; removed by
+            :meth:`stop` unless ``keep_workdir``).
+        schedule_period: vc-scheduler's ``--schedule-period``.
+        kube_controller_manager: run KCM's garbage-collector, namespace and service-account
+            controllers (Volcano relies on ownerReference garbage collection for a deleted Job's
+            pods and PodGroup).
+    """
+
+    def __init__(self, bin_dir: Path, workdir: Optional[Path] = None, *,
+                 schedule_period: str = "1s", kube_controller_manager: bool = True,
+                 crd_dirs: Optional[Sequence[Path]] = None, keep_workdir: bool = False) -> None:
+        self.bin_dir = Path(bin_dir)
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="minicluster-"))
+        self.keep_workdir = keep_workdir
+        self.schedule_period = schedule_period
+        self.kube_controller_manager = kube_controller_manager
+        self.crd_dirs = list(crd_dirs) if crd_dirs else _default_crd_dirs()
+        self.procs: Dict[str, subprocess.Popen] = {}
+        self.logs: Dict[str, Path] = {}
+        self.admin_token = os.urandom(16).hex()
+        self.api_port = 0
+        self.server = ""
+        self.kubeconfig = self.workdir / "admin.kubeconfig"
+        self.pki: Dict[str, Path] = {}
+        self._api_client = None
+        self._stopped = False
+        self.timings: Dict[str, float] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 180.0) -> "MiniCluster":
+        """Start every component and wait until Volcano's default queue is Open."""
+        atexit.register(self.stop)
+        t0 = time.monotonic()
+        for b in BINARIES:
+            if b == "kube-controller-manager" and not self.kube_controller_manager:
+                continue
+            if not (self.bin_dir / b).is_file():
+                raise ClusterError(f"{b} is missing in {self.bin_dir}; run tools/minicluster/build.sh")
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        self.pki = _write_certs(self.workdir / "pki")
+        deadline = time.monotonic() + timeout
+        self._start_etcd(deadline)
+        self._start_apiserver(deadline)
+        self.timings["apiserver_ready_s"] = time.monotonic() - t0
+        self._apply_crds(deadline)
+        if self.kube_controller_manager:
+            self._start_kcm()
+        self._start_volcano()
+        self._start_kwok()
+        self._wait_default_queue(deadline)
+        self.timings["start_s"] = time.monotonic() - t0
+        _log(f"cluster up in {self.timings['start_s']:.1f}s at {self.server} "
+             f"(KUBECONFIG={self.kubeconfig})")
+        return self
+
+    def stop(self) -> None:
+        """Stop every process (reverse start order) and remove the work dir unless kept."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for name in reversed(list(self.procs)):
+            _kill_group(self.procs[name])
+        left = [n for n, p in self.procs.items() if p.poll() is None]
+        if left:  # pragma: no cover - reported, never silently ignored
+            _log(f"processes still alive after stop: {left}")
+        if self._api_client is not None:
+            try:
+                self._api_client.close()
+            except Exception:  # noqa: BLE001 - closing a pool of a dead server
+                pass
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        try:
+            atexit.unregister(self.stop)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def alive(self) -> Dict[str, bool]:
+        """Which component processes are still running."""
+        return {name: proc.poll() is None for name, proc in self.procs.items()}
+
+    def pids(self) -> List[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.logs.get(name)
+        if not path or not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    # ------------------------------------------------------------------ processes
+    def _spawn(self, name: str, args: List[str], env: Optional[Dict[str, str]] = None) -> None:
+        log = self.workdir / "logs" / f"{name}.log"
+        self.logs[name] = log
+        full_env = dict(os.environ)
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "KUBECONFIG"):
+            full_env.pop(var, None)
+        full_env["NO_PROXY"] = "127.0.0.1,localhost"
+        full_env.update(env or {})
+        with open(log, "wb") as fh:
+            self.procs[name] = subprocess.Popen(
+                [str(self.bin_dir / args[0])] + args[1:], stdout=fh, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.workdir, env=full_env, start_new_session=True)
+
+    def _check_alive(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is not None:
+            raise ClusterError(f"{name} exited with {proc.returncode}; log {self.logs[name]}:\n"
+                               + self.log_tail(name))
+
+    def _wait(self, what: str, probe: Callable[[], bool], deadline: float, owner: str,
+              interval: float = 0.2) -> None:
+        while True:
+            self._check_alive(owner)
+            try:
+                if probe():
+                    return
+            except Exception:  # noqa: BLE001 - not ready yet
+                pass
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what}; log {self.logs[owner]}:\n"
+                                   + self.log_tail(owner))
+            time.sleep(interval)
+
+    def _start_etcd(self, deadline: float) -> None:
+        client, peer = _free_port(), _free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        data = self.workdir / "etcd"
+        self._spawn("etcd", [
+            "etcd", "--name=minicluster", f"--data-dir={data}",
+            f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=minicluster=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync=true", "--log-level=warn", "--quota-backend-bytes=2147483648",
+        ])
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:
+                return json.loads(resp.read()).get("health") == "true"
+
+        self._wait("etcd /health", healthy, deadline, "etcd")
+
+    def _start_apiserver(self, deadline: float) -> None:
+        self.api_port = _free_port()
+        self.server = f"https://127.0.0.1:{self.api_port}"
+        tokens = self.workdir / "pki" / "tokens.csv"
+        tokens.write_text(f'{self.admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},"system:masters"\n')
+        tokens.chmod(0o600)
+        admission_off = [] if self.kube_controller_manager else ["ServiceAccount"]
+        self._spawn("kube-apiserver", [
+            "kube-apiserver",
+            f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1", f"--secure-port={self.api_port}",
+            f"--tls-cert-file={self.pki['server']}", f"--tls-private-key-file={self.pki['server_key']}",
+            f"--client-ca-file={self.pki['ca']}", f"--token-auth-file={tokens}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki['sa_pub']}",
+            f"--service-account-signing-key-file={self.pki['sa_key']}",
+            "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC",
+            "--allow-privileged=true", "--endpoint-reconciler-type=none",
+            "--enable-priority-and-fairness=false", "--profiling=false",
+            f"--cert-dir={self.workdir / 'pki'}",
+            "--disable-admission-plugins=" + ",".join(admission_off) if admission_off
+            else "--enable-admission-plugins=ServiceAccount",
+        ])
+        write_kubeconfig(self.kubeconfig, self.server, self.pki["ca"], self.admin_token,
+                         user=ADMIN_TOKEN_USER)
+        ctx = ssl.create_default_context(cafile=str(self.pki["ca"]))
+
+        def ready() -> bool:
+            req = urllib.request.Request(self.server + "/readyz",
+                                         headers={"Authorization": f"Bearer {self.admin_token}"})
+            with urllib.request.urlopen(req, timeout=3, context=ctx) as resp:
+                return resp.status == 200
+
+        self._wait("kube-apiserver /readyz", ready, deadline, "kube-apiserver", interval=0.3)
+
+    def _start_kcm(self) -> None:
+        self._spawn("kube-controller-manager", [
+            "kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
+            "--controllers=garbagecollector,namespace,serviceaccount",
+            "--leader-elect=false", "--secure-port=0", "--bind-address=127.0.0.1",
+            "--use-service-account-credentials=false", "--concurrent-gc-syncs=5",
+        ])
+
+    def _start_volcano(self) -> None:
+        conf = HERE / "volcano-scheduler.conf"
+        self._spawn("vc-scheduler", [
+            "vc-scheduler", f"--kubeconfig={self.kubeconfig}", "--scheduler-name=volcano",
+            f"--scheduler-conf={conf}", "--leader-elect=false",
+            f"--schedule-period={self.schedule_period}",
+            f"--listen-address=127.0.0.1:{_free_port()}", f"--healthz-address=127.0.0.1:{_free_port()}",
+            "--kube-api-qps=200", "--kube-api-burst=400", "-v=2", "--logtostderr",
+        ])
+        self._spawn("vc-controller-manager", [
+            "vc-controller-manager", f"--kubeconfig={self.kubeconfig}", "--scheduler-name=volcano",
+            "--leader-elect=false",
+            "--controllers=job-controller,pg-controller,queue-controller,gc-controller",
+            f"--listen-address=127.0.0.1:{_free_port()}", f"--healthz-address=127.0.0.1:{_free_port()}",
+            "--kube-api-qps=200", "--kube-api-burst=400", "-v=2", "--logtostderr",
+        ])
+
+    def _start_kwok(self) -> None:
+        home = self.workdir / "kwok-home"
+        home.mkdir(exist_ok=True)
+        self._spawn("kwok", [
+            "kwok", f"--kubeconfig={self.kubeconfig}", f"--config={HERE / 'kwok-stages.yaml'}",
+            "--manage-all-nodes=true", "--node-ip=10.1.0.1", "--cidr=10.2.0.0/16",
+            "--node-lease-duration-seconds=0",
+        ], env={"HOME": str(home)})
+
+    # ------------------------------------------------------------------ API objects
+    def api_client(self):
+        """A ``kubernetes.client.ApiClient`` for the admin kubeconfig (cached)."""
+        if self._api_client is None:
+            from kubernetes import config as kconfig
+            self._api_client = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
+        return self._api_client
+
+    def _apply_crds(self, deadline: float) -> None:
+        import yaml
+        from kubernetes import client
+        ext = client.ApiextensionsV1Api(self.api_client())
+        names = []
+        for d in self.crd_dirs:
+            if not d.is_dir():
+                raise ClusterError(f"Volcano CRD directory {d} is missing; set CTR_VOLCANO_CRD_DIR "
+                                   "to the directory holding batch.volcano.sh_jobs.yaml")
+            for path in sorted(d.glob("*.yaml")):
+                for doc in yaml.safe_load_all(path.read_text()):
+                    if not doc or doc.get("kind") != "CustomResourceDefinition":
+                        continue
+                    ext.create_custom_resource_definition(doc)
+                    names.append(doc["metadata"]["name"])
+        if not any(n.startswith("queues.") for n in names):
+            raise ClusterError(f"no Queue CRD found in {self.crd_dirs}")
+
+        def established() -> bool:
+            for n in names:
+                crd = ext.read_custom_resource_definition(n)
+                conds = {c.type: c.status for c in (crd.status.conditions or [])}
+                if conds.get("Established") != "True":
+                    return False
+            return True
+
+        self._wait("Volcano CRDs Established", established, deadline, "kube-apiserver")
+        self.crd_names = names
+
+    def _wait_default_queue(self, deadline: float) -> None:
+        from kubernetes import client
+        co = client.CustomObjectsApi(self.api_client())
+
+        def open_queue() -> bool:
+            q = co.get_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", "default")
+            return (q.get("status") or {}).get("state") == "Open"
+
+        for name in ("vc-controller-manager", "kwok"):
+            self._check_alive(name)
+        self._wait("queue 'default' Open (vc-scheduler creates it, the queue controller opens it)",
+                   open_queue, deadline, "vc-scheduler", interval=0.5)
+        self._check_alive("vc-controller-manager")
+
+    def add_nodes(self, count: int, shape: NodeShape = NodeShape(), prefix: str = "kwok-node",
+                  start: int = 0, wait: bool = True, timeout: float = 60.0) -> List[str]:
+        """Create ``count`` kwok nodes and (by default) wait until they are Ready.
+
+        Returns:
+            The node names, ``<prefix>-<i>``.
+        """
+        from kubernetes import client
+        core = client.CoreV1Api(self.api_client())
+        names = []
+        for i in range(start, start + count):
+            name = f"{prefix}-{i}"
+            alloc = {"cpu": shape.cpu, "memory": shape.memory, "pods": str(shape.pods)}
+            labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                      "type": "kwok", **shape.labels}
+            body = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": labels,
+                                 "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                    "status": {"allocatable": alloc, "capacity": alloc}}
+            core.create_node(body)
+            names.append(name)
+        if wait:
+            deadline = time.monotonic() + timeout
+
+            def all_ready() -> bool:
+                ready = 0
+                for n in core.list_node().items:
+                    if n.metadata.name in names and any(
+                            c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])):
+                        ready += 1
+                return ready == len(names)
+
+            self._wait(f"{count} kwok nodes Ready", all_ready, deadline, "kwok", interval=0.3)
+        return names
+
+    def delete_nodes(self, names: Iterable[str]) -> None:
+        from kubernetes import client
+        core = client.CoreV1Api(self.api_client())
+        for n in names:
+            try:
+                core.delete_node(n)
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def create_namespace(self, name: str, timeout: float = 30.0) -> str:
+        """Create a namespace and wait for its ``default`` ServiceAccount (made by KCM), without
+        which the ServiceAccount admission plugin rejects pods."""
+        from kubernetes import client
+        core = client.CoreV1Api(self.api_client())
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        if self.kube_controller_manager:
+            self._wait(f"ServiceAccount {name}/default", lambda: bool(
+                core.read_namespaced_service_account("default", name)),
+                time.monotonic() + timeout, "kube-controller-manager")
+        return name
+
+    def service_account_kubeconfig(self, namespace: str, service_account: str,
+                                   path: Optional[Path] = None, expiration_s: int = 7200) -> Path:
+        """A kubeconfig authenticating as ``namespace/service_account`` (a TokenRequest token).
+
+        The ServiceAccount must exist; nothing else is granted, so what the token may do is exactly
+        what the namespace's RoleBindings give it.
+        """
+        from kubernetes import client
+        core = client.CoreV1Api(self.api_client())
+        req = core.create_namespaced_service_account_token(
+            service_account, namespace,
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": expiration_s}})
+        path = path or self.workdir / f"{namespace}-{service_account}.kubeconfig"
+        return write_kubeconfig(path, self.server, self.pki["ca"], req.status.token,
+                                user=f"system:serviceaccount:{namespace}:{service_account}",
+                                namespace=namespace)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:  # pragma: no cover - manual use
+    """``python tools/minicluster/minicluster.py [NODES]``: build, start, wait for Ctrl-C."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    nodes = int(argv[0]) if argv else 3
+    cluster = MiniCluster(build_binaries(), keep_workdir=True)
+    try:
+        cluster.start()
+        cluster.add_nodes(nodes)
+        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
