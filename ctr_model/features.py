@@ -1,14 +1,59 @@
-"""The feature schema shared by prep, training, evaluation and serving.
+"""The feature schema and transforms shared by prep, training, evaluation and serving.
 
 Prep writes Parquet with exactly these columns; training and evaluation refuse data whose
 ``schema.json`` carries another :data:`SCHEMA_VERSION`. The transforms themselves (dense
-normalisation, stable categorical hashing) live here too, so they are identical everywhere.
+normalisation, stable categorical hashing) live here too, so they are identical everywhere: prep
+uses the vectorised forms, a server or a test can use the per-value reference forms, and both give
+the same numbers bit for bit.
+
+Dense transform (columns ``I1..I13``)
+    ``x`` is the raw integer field. Empty -> ``0``; negative -> ``0``; then ``log1p``, computed in
+    float64 and rounded once to float32::
+
+        dense(x) = float32(log(1 + max(x, 0)))        # empty field -> 0.0
+
+Categorical hash (columns ``C1..C26``), version 1
+    All arithmetic is on unsigned 64-bit integers modulo 2**64. ``j`` is the 1-based column number
+    (``C7`` -> 7), ``B`` the number of hash buckets (``B >= 27``)::
+
+        mix64(z):                   # the splitmix64 finaliser
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+            return z ^ (z >> 31)
+
+        salt(j) = mix64(0x6374725F766F6C63 + j)          # 0x6374... is ASCII "ctr_volc"
+
+        key(v)  = v[0] + v[1]*2**8 + ... + v[7]*2**56   if v is exactly 8 bytes (little-endian)
+                = fnv1a64(v)                                otherwise (any other non-empty bytes)
+
+        fnv1a64(b): h = 0xCBF29CE484222325; for each byte c: h = (h ^ c) * 0x100000001B3
+
+        id(v, j) = j - 1                                       if v is empty
+                 = 26 + mix64(key(v) ^ salt(j)) % (B - 26)     otherwise
+
+    ``v`` is the field's raw bytes (UTF-8 for text). So ids are in ``[0, B)``; ids ``0..25`` are
+    reserved, one per column, for "empty", and non-empty values never get them. Criteo's values are
+    8 hex digits, so they take the 8-byte branch, where distinct values get distinct keys and
+    ``mix64`` is a bijection: two values of a column share an id only through the final modulo.
+    The case of hex digits matters (``"0a1b2c3d"`` and ``"0A1B2C3D"`` are different values).
+    Nothing depends on Python's per-process ``hash()`` salt.
 """
 from __future__ import annotations
 
+import json
+import math
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
 __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
-    "RAW_COLUMNS", "DEFAULT_HASH_BUCKETS", "SCHEMA_FILE",
+    "RAW_COLUMNS", "DEFAULT_HASH_BUCKETS", "SCHEMA_FILE", "MIN_HASH_BUCKETS", "HASH_VERSION",
+    "SchemaMismatch", "BadRow",
+    "dense_transform", "dense_value", "column_salt", "hash_value", "hash_categorical",
+    "transform_line", "arrow_schema", "validate_hash_buckets",
+    "read_split_schema", "check_split_schema", "write_split_schema", "shard_files",
 ]
 
 #: Bump whenever the columns, dtypes or transforms change.
@@ -22,7 +67,365 @@ SPARSE_COLUMNS = tuple(f"C{i}" for i in range(1, NUM_SPARSE + 1))  # int64 hashe
 RAW_COLUMNS = (LABEL,) + DENSE_COLUMNS + SPARSE_COLUMNS          # the 40 TSV fields, in order
 
 DEFAULT_HASH_BUCKETS = 1_000_001
+#: Ids ``0..NUM_SPARSE-1`` are the per-column "empty" ids, so at least one more bucket is needed.
+MIN_HASH_BUCKETS = NUM_SPARSE + 1
+#: Version of the categorical hash documented in the module docstring (part of SCHEMA_VERSION 1).
+HASH_VERSION = 1
 
 #: Written by prep into every split directory (``train/``, ``test/``) next to the Parquet shards:
 #: ``{"schema_version": 1, "hash_buckets": N, "columns": [...], "rows": n}``.
 SCHEMA_FILE = "schema.json"
+
+_M64 = (1 << 64) - 1
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_SALT_BASE = 0x6374725F766F6C63
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+class SchemaMismatch(ValueError):
+    """A split directory was not written by a compatible prep (version, columns or buckets differ)."""
+
+
+class BadRow(ValueError):
+    """A raw Criteo line that cannot be transformed. ``reason`` is one short sentence."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# dense
+
+
+def dense_transform(values: Any) -> np.ndarray:
+    """Transform raw integer dense values: empty -> 0, negatives -> 0, ``log1p``, float32.
+
+    Args:
+        values: array-like of numbers where ``None``/NaN means an empty field, or a pyarrow
+            integer array whose nulls are empty fields.
+
+    Returns:
+        A float32 numpy array of the same length.
+    """
+    if hasattr(values, "to_numpy") and hasattr(values, "null_count") and hasattr(values, "type"):
+        import pyarrow.compute as pc  # only when given an arrow array
+
+        values = pc.fill_null(values, 0).to_numpy(zero_copy_only=False)
+    arr = np.asarray(values, dtype=np.float64)
+    arr = np.where(np.isnan(arr), 0.0, arr)
+    return np.log1p(np.maximum(arr, 0.0)).astype(np.float32)
+
+
+def dense_value(text: Union[str, bytes, None]) -> float:
+    """The dense transform of one raw TSV field (reference form of :func:`dense_transform`).
+
+    Raises:
+        BadRow: if the field is neither empty nor an integer.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = (text or "").strip(" ")
+    if text == "":
+        return 0.0
+    try:
+        x = int(text, 10)
+    except ValueError:
+        raise BadRow(f"not an integer: {text[:40]!r}") from None
+    if x > 2 ** 63 - 1 or x < -(2 ** 63):
+        raise BadRow(f"integer out of int64 range: {text[:40]!r}")
+    return float(np.float32(math.log1p(max(x, 0))))
+
+
+# ---------------------------------------------------------------------------------------------
+# categorical hash: reference (per value, pure Python)
+
+
+def _mix64_int(z: int) -> int:
+    z &= _M64
+    z = ((z ^ (z >> 30)) * _MIX1) & _M64
+    z = ((z ^ (z >> 27)) * _MIX2) & _M64
+    return z ^ (z >> 31)
+
+
+def _column_number(column: Union[int, str]) -> int:
+    if isinstance(column, str):
+        if column not in SPARSE_COLUMNS:
+            raise ValueError(f"column={column!r}: expected one of C1..C{NUM_SPARSE}")
+        return int(column[1:])
+    if not 1 <= int(column) <= NUM_SPARSE:
+        raise ValueError(f"column={column!r}: expected a 1-based column number 1..{NUM_SPARSE}")
+    return int(column)
+
+
+def validate_hash_buckets(hash_buckets: int) -> int:
+    """Return ``hash_buckets`` as int, or raise ValueError saying the allowed range."""
+    if isinstance(hash_buckets, bool) or int(hash_buckets) != hash_buckets \
+            or not MIN_HASH_BUCKETS <= int(hash_buckets) <= 2 ** 62:
+        raise ValueError(f"hash_buckets={hash_buckets!r}: must be an integer >= {MIN_HASH_BUCKETS} "
+                         f"(ids 0..{NUM_SPARSE - 1} are reserved for empty values); "
+                         f"the default is {DEFAULT_HASH_BUCKETS}")
+    return int(hash_buckets)
+
+
+def column_salt(column: Union[int, str]) -> int:
+    """The 64-bit salt of a categorical column (``"C7"`` or ``7``)."""
+    return _mix64_int(_SALT_BASE + _column_number(column))
+
+
+def _key_int(raw: bytes) -> int:
+    if len(raw) == 8:
+        return int.from_bytes(raw, "little")
+    h = _FNV_OFFSET
+    for c in raw:
+        h = ((h ^ c) * _FNV_PRIME) & _M64
+    return h
+
+
+def hash_value(value: Union[str, bytes, None], column: Union[int, str],
+               hash_buckets: int = DEFAULT_HASH_BUCKETS) -> int:
+    """Hash one raw categorical value to its id (reference form; see the module docstring).
+
+    Args:
+        value: the raw field (``str`` is UTF-8 encoded); ``None`` or ``""`` means empty.
+        column: ``"C1".."C26"`` or the 1-based column number.
+        hash_buckets: number of ids.
+    """
+    j = _column_number(column)
+    buckets = validate_hash_buckets(hash_buckets)
+    raw = value.encode("utf-8") if isinstance(value, str) else (value or b"")
+    if not raw:
+        return j - 1
+    return NUM_SPARSE + _mix64_int(_key_int(raw) ^ column_salt(j)) % (buckets - NUM_SPARSE)
+
+
+# ---------------------------------------------------------------------------------------------
+# categorical hash: vectorised (numpy over arrow buffers)
+
+
+def _mix64_np(z: np.ndarray) -> np.ndarray:
+    z = z ^ (z >> np.uint64(30))
+    z *= np.uint64(_MIX1)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(_MIX2)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def _binary_parts(values: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """(offsets[n+1] int64, data uint8) of a string/binary column, nulls read as empty."""
+    import pyarrow as pa
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    if not isinstance(values, pa.Array):
+        values = pa.array([v.encode("utf-8") if isinstance(v, str) else (v or b"")
+                           for v in values], type=pa.binary())
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        values = values.view(pa.large_binary() if pa.types.is_large_string(values.type)
+                             else pa.binary())
+    if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+        raise TypeError(f"categorical values must be strings or bytes, got {values.type}")
+    if values.null_count:
+        import pyarrow.compute as pc
+
+        values = pc.fill_null(values, pa.scalar(b"", type=values.type))
+    n = len(values)
+    off_dtype = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+    bufs = values.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=off_dtype)[values.offset:values.offset + n + 1]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size \
+        else np.zeros(1, dtype=np.uint8)
+    return offsets, data
+
+
+def hash_categorical(values: Any, column: Union[int, str],
+                     hash_buckets: int = DEFAULT_HASH_BUCKETS) -> np.ndarray:
+    """Vectorised :func:`hash_value` over a whole column.
+
+    Args:
+        values: a pyarrow string/binary array (nulls are empty), or a sequence of str/bytes/None.
+        column: ``"C1".."C26"`` or the 1-based column number.
+        hash_buckets: number of ids.
+
+    Returns:
+        int64 numpy array of ids in ``[0, hash_buckets)``.
+    """
+    j = _column_number(column)
+    buckets = validate_hash_buckets(hash_buckets)
+    if type(values).__name__ == "ChunkedArray" and values.num_chunks != 1:
+        parts = [hash_categorical(chunk, j, buckets) for chunk in values.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    offsets, data = _binary_parts(values)
+    lengths = np.diff(offsets)
+    nonempty = lengths != 0
+    if np.all((lengths | 8) == 8):
+        # Every value is empty or 8 bytes (all of Criteo): the non-empty values are consecutive
+        # 8-byte words in the data buffer, so the keys are a plain little-endian view of it.
+        words = np.ascontiguousarray(data[int(offsets[0]):int(offsets[-1])])
+        keys = words.view("<u8").astype(np.uint64, copy=True)
+    else:
+        keys = _keys_general(offsets, lengths, data, nonempty)
+    keys ^= np.uint64(column_salt(j))
+    ids = _mix64_np(keys)
+    ids %= np.uint64(buckets - NUM_SPARSE)
+    ids += np.uint64(NUM_SPARSE)
+    out = np.full(len(lengths), j - 1, dtype=np.int64)
+    out[nonempty] = ids.view(np.int64)
+    return out
+
+
+def _keys_general(offsets: np.ndarray, lengths: np.ndarray, data: np.ndarray,
+                  nonempty: np.ndarray) -> np.ndarray:
+    """Keys of the non-empty values, in order, for columns with values of any length."""
+    idx = np.flatnonzero(nonempty)
+    starts, lens = offsets[idx].astype(np.int64), lengths[idx].astype(np.int64)
+    keys = np.empty(idx.size, dtype=np.uint64)
+    is8 = lens == 8
+    if is8.any():
+        raw = data[starts[is8, None] + np.arange(8)]
+        keys[is8] = np.ascontiguousarray(raw).view("<u8").ravel()
+    other = np.flatnonzero(~is8)
+    if other.size:  # FNV-1a over the bytes, one byte position at a time
+        o_start, o_len = starts[other], lens[other]
+        h = np.full(other.size, _FNV_OFFSET, dtype=np.uint64)
+        prime = np.uint64(_FNV_PRIME)
+        for pos in range(int(o_len.max())):
+            live = np.flatnonzero(o_len > pos)
+            h[live] = (h[live] ^ data[o_start[live] + pos].astype(np.uint64)) * prime
+        keys[other] = h
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------
+# one raw line (reference path for serving and tests)
+
+
+def transform_line(line: Union[str, bytes], hash_buckets: int = DEFAULT_HASH_BUCKETS
+                   ) -> Tuple[int, np.ndarray, np.ndarray]:
+    """Parse and transform one raw Criteo TSV line, exactly as prep does.
+
+    Returns:
+        ``(label, dense float32[13], sparse int64[26])``.
+
+    Raises:
+        BadRow: wrong field count, a non-integer in an integer column, or a label not 0/1.
+    """
+    raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+    raw = raw.rstrip(b"\n").rstrip(b"\r")
+    fields = raw.split(b"\t")
+    if len(fields) != len(RAW_COLUMNS):
+        raise BadRow(f"wrong field count: {len(fields)} fields, expected {len(RAW_COLUMNS)}")
+    label_text = fields[0].strip(b" ")
+    if label_text not in (b"0", b"1"):
+        raise BadRow(f"label not 0/1: {label_text[:40].decode('utf-8', 'replace')!r}")
+    dense = np.zeros(NUM_DENSE, dtype=np.float32)
+    for i, field in enumerate(fields[1:1 + NUM_DENSE]):
+        try:
+            dense[i] = dense_value(field)
+        except BadRow as exc:
+            raise BadRow(f"non-integer in integer column {DENSE_COLUMNS[i]}: {exc.reason}") from None
+    sparse = np.array([hash_value(f, j + 1, hash_buckets)
+                       for j, f in enumerate(fields[1 + NUM_DENSE:])], dtype=np.int64)
+    return int(label_text), dense, sparse
+
+
+def arrow_schema():
+    """The pyarrow schema of the prepped Parquet shards (label int8, I* float32, C* int64)."""
+    import pyarrow as pa
+
+    return pa.schema([(LABEL, pa.int8())] + [(c, pa.float32()) for c in DENSE_COLUMNS]
+                     + [(c, pa.int64()) for c in SPARSE_COLUMNS])
+
+
+# ---------------------------------------------------------------------------------------------
+# split directories
+
+
+def shard_files(split_dir: str) -> List[str]:
+    """Sorted paths of the ``part-*.parquet`` shards in a split directory."""
+    try:
+        names = os.listdir(split_dir)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(split_dir, n) for n in sorted(names)
+            if n.startswith("part-") and n.endswith(".parquet")]
+
+
+def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
+                       files: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """Write ``schema.json`` into a split directory (prep calls this last, as a commit marker)."""
+    doc: Dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "hash_buckets": int(hash_buckets),
+        "columns": list(RAW_COLUMNS),
+        "rows": int(rows),
+        "hash_version": HASH_VERSION,
+        "dense_transform": "log1p(max(x, 0)), empty -> 0, float32",
+    }
+    if files is not None:
+        doc["files"] = [dict(f) for f in files]
+    tmp = os.path.join(split_dir, SCHEMA_FILE + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, os.path.join(split_dir, SCHEMA_FILE))
+    return doc
+
+
+def read_split_schema(split_dir: str) -> Dict[str, Any]:
+    """Read a split directory's ``schema.json``.
+
+    Raises:
+        SchemaMismatch: if the file is missing or not valid JSON.
+    """
+    path = os.path.join(split_dir, SCHEMA_FILE)
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise SchemaMismatch(
+            f"{split_dir}: no {SCHEMA_FILE}, so this is not the output of a finished prep; "
+            f"run `ctr-volcano prep --input RAW --out DIR` and point at DIR/train or DIR/test"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise SchemaMismatch(f"{path}: unreadable ({exc}); re-run `ctr-volcano prep`") from None
+    if not isinstance(doc, dict):
+        raise SchemaMismatch(f"{path}: expected a JSON object; re-run `ctr-volcano prep`")
+    return doc
+
+
+def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None) -> Dict[str, Any]:
+    """Read ``schema.json`` and refuse data this code cannot use.
+
+    Args:
+        split_dir: a ``train/`` or ``test/`` directory written by prep.
+        expected_buckets: if given, the ``hash_buckets`` the model was built for.
+
+    Returns:
+        The schema document.
+
+    Raises:
+        SchemaMismatch: naming the directory, what was found, what was expected and the fix.
+    """
+    doc = read_split_schema(split_dir)
+    found = doc.get("schema_version")
+    if found != SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"{split_dir}: schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
+            f"re-run `ctr-volcano prep` on the raw data with this version to regenerate it")
+    if list(doc.get("columns") or []) != list(RAW_COLUMNS):
+        raise SchemaMismatch(
+            f"{split_dir}: columns {doc.get('columns')!r} differ from the expected "
+            f"{list(RAW_COLUMNS)!r}; re-run `ctr-volcano prep` to regenerate the data")
+    if expected_buckets is not None and doc.get("hash_buckets") != int(expected_buckets):
+        raise SchemaMismatch(
+            f"{split_dir}: hash_buckets {doc.get('hash_buckets')!r} found, expected "
+            f"{int(expected_buckets)}; set the model's hash_buckets to the data's, or re-run "
+            f"`ctr-volcano prep --hash-buckets {int(expected_buckets)}`")
+    if not shard_files(split_dir):
+        raise SchemaMismatch(f"{split_dir}: {SCHEMA_FILE} present but no part-*.parquet shards; "
+                             f"re-run `ctr-volcano prep`")
+    return doc

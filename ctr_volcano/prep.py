@@ -1,0 +1,616 @@
+"""Streaming Criteo TSV -> stably hashed, normalised Parquet shards, with every row accounted for.
+
+Criteo files are large (GBs to TBs, often gzipped), so prep never holds more than a few blocks of
+text: it reads ``block_bytes`` at a time (cut at a line end), parses each block with pyarrow's
+multithreaded CSV reader, transforms it with vectorised numpy (:mod:`ctr_model.features`, the same
+code training, evaluation and serving use), and hands it to a writer thread while the next block is
+read. A block that pyarrow cannot parse as-is (a wrong field count, a non-integer in an integer
+column, a stray carriage return) goes through a careful path that checks field counts line by
+line and bisects the rest with the same parser, so every bad line is rejected with its exact file,
+line number and reason and every good line is kept. ``rows_in == rows_train + rows_test +
+rows_rejected`` holds for every input.
+
+Split: line ``r`` (0-based over all input lines, in input order) goes to test iff
+``mix64(r ^ mix64(seed + 0x53504C4954)) < test_fraction * 2**64`` (``mix64`` as in
+:mod:`ctr_model.features`), so the split depends only on the seed and the line's position.
+Shards: each block's train rows are cut into ``shards`` contiguous slices, slice ``k`` appended to
+``part-0000k.parquet``, so shards stay within one block's rows of each other in size.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import re
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ctr_model.features import (DEFAULT_HASH_BUCKETS, DENSE_COLUMNS, LABEL, NUM_SPARSE,
+                                RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION, SPARSE_COLUMNS,
+                                _mix64_int, _mix64_np, hash_categorical, validate_hash_buckets,
+                                write_split_schema)
+from ctr_volcano.errors import BadInput
+
+__all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "split_is_test",
+           "STATS_FILE", "REASONS"]
+
+STATS_FILE = "stats.json"
+
+#: Reason categories counted in ``stats["rejected_by_reason"]``.
+REASONS = ("wrong field count", "non-integer in integer column", "label not 0/1", "empty line",
+           "carriage return inside line")
+
+_INPUT_SUFFIXES = (".tsv", ".txt", ".csv", ".gz", ".tsv.gz", ".txt.gz")
+_SPLIT_SALT_BASE = 0x53504C4954                 # ASCII "SPLIT"
+_MAX_LINE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class PrepConfig:
+    """How to prep. Validated once on construction (raises :class:`BadInput`).
+
+    Attributes:
+        hash_buckets: ids per categorical column space; 1,000,001 matches PaddleRec's CTR-DNN.
+        test_fraction: share of lines sent to the test split, in (0, 1).
+        shards: train shards; trainers take whole files, so use a multiple of the trainer count.
+        test_shards: test shards (evaluation reads them all).
+        max_bad_fraction: prep fails if rejected lines exceed this share of all lines.
+        seed: selects the train/test split.
+        block_bytes: text read and parsed at a time; memory use is a few times this.
+        max_examples: rejected lines kept verbatim (truncated) in ``stats.json``.
+        compression: Parquet codec.
+    """
+
+    hash_buckets: int = DEFAULT_HASH_BUCKETS
+    test_fraction: float = 0.1
+    shards: int = 8
+    test_shards: int = 2
+    max_bad_fraction: float = 0.001
+    seed: int = 42
+    block_bytes: int = 32 << 20
+    max_examples: int = 10
+    compression: str = "snappy"
+
+    def __post_init__(self) -> None:
+        try:
+            validate_hash_buckets(self.hash_buckets)
+        except ValueError:
+            raise BadInput("hash_buckets", self.hash_buckets,
+                           f"use an integer >= {NUM_SPARSE + 1} (ids 0..{NUM_SPARSE - 1} are the "
+                           f"per-column empty ids); the default is {DEFAULT_HASH_BUCKETS}") from None
+        if not _is_number(self.test_fraction) or not 0.0 < float(self.test_fraction) < 1.0:
+            raise BadInput("test_fraction", self.test_fraction, "use a number between 0 and 1, "
+                           "e.g. 0.1")
+        if not _is_number(self.max_bad_fraction) or not 0.0 <= float(self.max_bad_fraction) <= 1.0:
+            raise BadInput("max_bad_fraction", self.max_bad_fraction,
+                           "use a number between 0 and 1, e.g. 0.001")
+        for name, lo, hi in (("shards", 1, 4096), ("test_shards", 1, 4096), ("seed", 0, 2 ** 63),
+                             ("block_bytes", 1 << 16, 1 << 31), ("max_examples", 0, 10000)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or not lo <= value <= hi:
+                raise BadInput(name, value, f"use an integer in [{lo}, {hi}]")
+        if self.compression not in ("snappy", "zstd", "gzip", "lz4", "none"):
+            raise BadInput("compression", self.compression, "use snappy, zstd, gzip, lz4 or none")
+
+
+def _is_number(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating)) \
+        and math.isfinite(float(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+def resolve_inputs(inputs: Sequence[str]) -> List[str]:
+    """Expand files, globs and directories into an ordered list of input files.
+
+    A directory contributes its regular files named ``*.tsv``, ``*.txt``, ``*.csv``, ``*.gz`` or
+    with no extension (like Criteo's ``day_0``), sorted by name, not recursing; hidden files and
+    other extensions (``oracle.json``, ``README.md``) are skipped.
+
+    Raises:
+        BadInput: for no inputs, a missing path, a glob or directory matching no file.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [os.fspath(inputs)]
+    if not inputs:
+        raise BadInput("input", list(inputs), "give at least one file, glob or directory")
+    files: List[str] = []
+    for item in inputs:
+        item = os.fspath(item)
+        if any(ch in item for ch in "*?["):
+            matches = sorted(p for p in glob.glob(item) if os.path.isfile(p))
+            if not matches:
+                raise BadInput("input", item, "the glob matches no file; check the pattern")
+            files.extend(matches)
+        elif os.path.isdir(item):
+            names = sorted(n for n in os.listdir(item) if not n.startswith(".")
+                           and os.path.isfile(os.path.join(item, n))
+                           and (n.endswith(_INPUT_SUFFIXES) or "." not in n))
+            if not names:
+                raise BadInput("input", item, "the directory holds no .tsv/.txt/.csv/.gz file")
+            files.extend(os.path.join(item, n) for n in names)
+        elif os.path.isfile(item):
+            files.append(item)
+        else:
+            raise BadInput("input", item, "no such file or directory; give a Criteo TSV file, "
+                           "a .gz file, a glob or a directory")
+    return files
+
+
+def _open(path: str):
+    import pyarrow as pa
+
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+        return pa.input_stream(path, compression="gzip" if magic == b"\x1f\x8b" else None)
+    except OSError as exc:
+        raise BadInput("input", path, f"cannot open the file ({exc}); check the path and its "
+                       f"permissions") from None
+
+
+def _blocks(path: str, block_bytes: int) -> Iterator[Tuple[int, bytes]]:
+    """Yield ``(first_line_number, text)`` with whole lines; line numbers are 1-based."""
+    line_no = 1
+    pending = b""
+    stream = _open(path)
+    try:
+        while True:
+            try:
+                chunk = stream.read(block_bytes)
+            except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid/OSError
+                raise BadInput("input", path, f"cannot read the data ({exc}); if it is gzip, "
+                               f"check it is complete (gzip -t) or re-download it") from None
+            if not chunk:
+                break
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                pending = data
+                if len(pending) > _MAX_LINE_BYTES:
+                    raise BadInput("input", f"{path}:{line_no}", "line longer than 1 MiB: this "
+                                   "does not look like a Criteo TSV file (40 tab-separated fields)")
+                continue
+            block, pending = data[:cut + 1], data[cut + 1:]
+            yield line_no, block
+            line_no += block.count(b"\n")
+        if pending:
+            yield line_no, pending
+    finally:
+        stream.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing
+
+
+_PARSE_OPTS = None
+
+
+def _csv_options():
+    global _PARSE_OPTS
+    if _PARSE_OPTS is None:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        types = {LABEL: pa.int64()}
+        types.update({c: pa.int64() for c in DENSE_COLUMNS})
+        types.update({c: pa.binary() for c in SPARSE_COLUMNS})
+        _PARSE_OPTS = (
+            pacsv.ReadOptions(column_names=list(RAW_COLUMNS), use_threads=True,
+                              block_size=1 << 20),
+            pacsv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
+                               escape_char=False, newlines_in_values=False,
+                               ignore_empty_lines=False),
+            pacsv.ConvertOptions(column_types=types, check_utf8=False, null_values=[""],
+                                 strings_can_be_null=False, quoted_strings_can_be_null=False,
+                                 include_columns=list(RAW_COLUMNS)),
+        )
+    return _PARSE_OPTS
+
+
+def _read(text: bytes, use_threads: bool = True):
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    read_opts, parse_opts, convert_opts = _csv_options()
+    if not use_threads:
+        read_opts = pacsv.ReadOptions(column_names=list(RAW_COLUMNS), use_threads=False)
+    return pacsv.read_csv(pa.py_buffer(text), read_options=read_opts,
+                          parse_options=parse_opts, convert_options=convert_opts)
+
+
+_COLUMN_RE = re.compile(r"column #(\d+)")
+_VALUE_RE = re.compile(r"invalid value '(.*)'", re.S)
+
+
+def _reason_from_error(msg: str) -> Tuple[str, str]:
+    """(category, detail) of a pyarrow CSV error on a single line."""
+    col = _COLUMN_RE.search(msg)
+    val = _VALUE_RE.search(msg)
+    value = repr(val.group(1)[:40]) if val else "?"
+    if col is not None and int(col.group(1)) == 0:
+        return "label not 0/1", f"label not 0/1: {value}"
+    if col is not None and 1 <= int(col.group(1)) <= len(DENSE_COLUMNS):
+        name = RAW_COLUMNS[int(col.group(1))]
+        return "non-integer in integer column", f"non-integer in integer column {name}: {value}"
+    if "Expected" in msg and "columns" in msg:
+        return "wrong field count", msg.strip().splitlines()[0][:120]
+    return "wrong field count", f"unparseable line: {msg.strip().splitlines()[0][:120]}"
+
+
+class _Block:
+    """One parsed block: good rows (raw arrow types), their 0-based line indices, rejects."""
+
+    def __init__(self) -> None:
+        self.tables: List[Any] = []
+        self.rows: List[np.ndarray] = []
+        self.rejects: List[Tuple[int, str, str, bytes]] = []  # (line index, category, detail, text)
+
+
+def _parse_block(text: bytes) -> Tuple[Any, np.ndarray, List[Tuple[int, str, str, bytes]]]:
+    """Parse a block of whole lines; returns (table, line indices of its rows, rejects)."""
+    import pyarrow as pa
+
+    n_lines = text.count(b"\n") + (0 if text.endswith(b"\n") else 1)
+    try:
+        table = _read(text)
+        if table.num_rows == n_lines:
+            return _check_labels(table, np.arange(n_lines, dtype=np.int64), [], text_lines=None,
+                                 text=text)
+    except pa.ArrowInvalid:
+        pass
+    return _parse_careful(text)
+
+
+def _parse_careful(text: bytes):
+    import pyarrow as pa
+
+    lines = text.split(b"\n")
+    if text.endswith(b"\n"):
+        lines.pop()
+    rejects: List[Tuple[int, str, str, bytes]] = []
+    good_idx: List[int] = []
+    good_lines: List[bytes] = []
+    expected_tabs = len(RAW_COLUMNS) - 1
+    for i, line in enumerate(lines):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line:
+            rejects.append((i, "empty line", "empty line", line))
+        elif b"\r" in line:
+            rejects.append((i, "carriage return inside line",
+                            "carriage return inside line", line))
+        elif line.count(b"\t") != expected_tabs:
+            fields = line.count(b"\t") + 1
+            rejects.append((i, "wrong field count", f"wrong field count: {fields} fields, "
+                            f"expected {len(RAW_COLUMNS)}", line))
+        else:
+            good_idx.append(i)
+            good_lines.append(line)
+    tables: List[Any] = []
+    rows: List[np.ndarray] = []
+    idx_all = np.asarray(good_idx, dtype=np.int64)
+    stack = [(0, len(good_lines))]
+    while stack:  # bisect until each failing piece is a single line
+        lo, hi = stack.pop()
+        if lo >= hi:
+            continue
+        try:
+            table = _read(b"\n".join(good_lines[lo:hi]) + b"\n", use_threads=hi - lo > 50_000)
+            if table.num_rows != hi - lo:
+                raise pa.ArrowInvalid("row count mismatch")
+            tables.append(table)
+            rows.append(idx_all[lo:hi])
+        except pa.ArrowInvalid as exc:
+            if hi - lo == 1:
+                category, detail = _reason_from_error(str(exc))
+                rejects.append((int(idx_all[lo]), category, detail, good_lines[lo]))
+            else:
+                mid = (lo + hi) // 2
+                stack.append((mid, hi))
+                stack.append((lo, mid))
+    if not tables:
+        return None, np.zeros(0, dtype=np.int64), sorted(rejects)
+    order = np.argsort([r[0] for r in rows], kind="stable")
+    table = pa.concat_tables([tables[k] for k in order])
+    row_idx = np.concatenate([rows[k] for k in order])
+    return _check_labels(table, row_idx, rejects, text_lines=lines, text=None)
+
+
+def _check_labels(table, row_idx: np.ndarray, rejects, text_lines, text):
+    """Reject rows whose label is empty or not 0/1 (pyarrow parsed it as any int64)."""
+    label = table.column(0)
+    if label.null_count == 0:
+        lab = label.to_numpy()
+        bad = (lab != 0) & (lab != 1)
+    else:
+        lab = label.to_numpy(zero_copy_only=False)
+        bad = ~((lab == 0) | (lab == 1))
+    if bad.any():
+        import pyarrow as pa
+
+        lines = text_lines if text_lines is not None else text.split(b"\n")
+        for pos in np.flatnonzero(bad):
+            i = int(row_idx[pos])
+            value = lines[i].split(b"\t", 1)[0].decode("utf-8", "replace")
+            rejects = rejects + [(i, "label not 0/1", f"label not 0/1: {value[:40]!r}", lines[i])]
+        keep = ~bad
+        table = table.filter(pa.array(keep))
+        row_idx = row_idx[keep]
+    return table, row_idx, sorted(rejects)
+
+
+# ---------------------------------------------------------------------------------------------
+# transform and split
+
+
+def split_is_test(row_index: np.ndarray, seed: int, test_fraction: float) -> np.ndarray:
+    """Boolean mask: which 0-based global line indices go to the test split."""
+    salt = np.uint64(_mix64_int(int(seed) + _SPLIT_SALT_BASE))
+    threshold = min(int(float(test_fraction) * 2.0 ** 64), 2 ** 64 - 1)
+    h = _mix64_np(np.asarray(row_index, dtype=np.uint64) ^ salt)
+    return h < np.uint64(threshold)
+
+
+def _transform(table, hash_buckets: int) -> Tuple[Any, np.ndarray]:
+    """Raw-typed table -> output table (schema of ctr_model.features.arrow_schema()), and
+    per-column missing counts (13 dense + 26 categorical)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
+    cols = [pa.array(table.column(0).to_numpy(zero_copy_only=False).astype(np.int8))]
+    for j, name in enumerate(DENSE_COLUMNS):
+        col = table.column(1 + j)
+        missing[j] = col.null_count
+        x = (pc.fill_null(col, 0) if col.null_count else col).to_numpy(zero_copy_only=False)
+        cols.append(pa.array(np.log1p(np.maximum(x, 0).astype(np.float64)).astype(np.float32)))
+    for c, name in enumerate(SPARSE_COLUMNS):
+        ids = hash_categorical(table.column(1 + len(DENSE_COLUMNS) + c), c + 1, hash_buckets)
+        missing[len(DENSE_COLUMNS) + c] = int(np.count_nonzero(ids == c))
+        cols.append(pa.array(ids))
+    out = pa.Table.from_arrays(cols, names=list(RAW_COLUMNS))
+    assert out.num_rows == n
+    return out, missing
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+class _ShardSet:
+    """``count`` Parquet writers in one split directory, fed contiguous slices of each block."""
+
+    def __init__(self, split_dir: str, count: int, compression: str):
+        import pyarrow.parquet as pq
+
+        from ctr_model.features import arrow_schema
+
+        os.makedirs(split_dir, exist_ok=True)
+        for name in os.listdir(split_dir):  # stale shards of an earlier run would be read too
+            if (name.startswith("part-") and name.endswith(".parquet")) or name == SCHEMA_FILE:
+                os.remove(os.path.join(split_dir, name))
+        self.dir = split_dir
+        self.paths = [os.path.join(split_dir, f"part-{k:05d}.parquet") for k in range(count)]
+        self.rows = [0] * count
+        self.writers = [pq.ParquetWriter(p, arrow_schema(), compression=compression)
+                        for p in self.paths]
+
+    def write(self, table) -> None:
+        n, k = table.num_rows, len(self.writers)
+        for s in range(k):
+            lo, hi = n * s // k, n * (s + 1) // k
+            if hi > lo:
+                self.writers[s].write_table(table.slice(lo, hi - lo))
+                self.rows[s] += hi - lo
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()
+
+    def remove(self) -> None:
+        self.close()
+        for p in self.paths:
+            if os.path.exists(p):
+                os.remove(p)
+
+    def files(self) -> List[Dict[str, Any]]:
+        return [{"name": os.path.basename(p), "rows": r} for p, r in zip(self.paths, self.rows)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def prep(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig] = None
+         ) -> Dict[str, Any]:
+    """Prep raw Criteo TSV into ``out_dir/train``, ``out_dir/test`` and ``out_dir/stats.json``.
+
+    Args:
+        inputs: files (plain or gzip), globs or directories, read in the given order.
+        out_dir: output directory (created; earlier shards in its split dirs are replaced).
+        config: settings; defaults to :class:`PrepConfig()`.
+
+    Returns:
+        The stats dict (also written to ``out_dir/stats.json``).
+
+    Raises:
+        BadInput: missing/empty/unreadable input, or too many bad lines (naming file, line, reason).
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    return prep_splits(inputs, os.path.join(out_dir, "train"), os.path.join(out_dir, "test"),
+                       config, stats_path=os.path.join(out_dir, STATS_FILE))
+
+
+def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
+                config: Optional[PrepConfig] = None, stats_path: Optional[str] = None
+                ) -> Dict[str, Any]:
+    """Like :func:`prep`, with the two split directories (and the stats file) named explicitly.
+
+    Each split directory gets ``part-NNNNN.parquet`` shards and, last, ``schema.json``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    config = config if config is not None else PrepConfig()
+    if not isinstance(config, PrepConfig):
+        raise BadInput("config", config, "pass a ctr_volcano.prep.PrepConfig")
+    files = resolve_inputs(inputs)
+    started = time.monotonic()
+    train = _ShardSet(train_dir, config.shards, config.compression)
+    test = _ShardSet(test_dir, config.test_shards, config.compression)
+    acc = _Accumulator(config)
+    ok = False
+    try:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="prep") as pool:
+            pending_write: Optional[Future] = None
+            for path in files:
+                blocks = _blocks(path, config.block_bytes)
+                next_block: Future = pool.submit(next, blocks, None)
+                file_lines = 0
+                while True:
+                    item = next_block.result()
+                    if item is None:
+                        break
+                    next_block = pool.submit(next, blocks, None)
+                    first_line, text = item
+                    table, row_idx, rejects = _parse_block(text)
+                    n_lines = text.count(b"\n") + (0 if text.endswith(b"\n") else 1)
+                    file_lines += n_lines
+                    acc.add_rejects(path, first_line, rejects, n_lines)
+                    if table is not None and table.num_rows:
+                        out, missing = _transform(table, config.hash_buckets)
+                        is_test = split_is_test(acc.rows_in_before + row_idx, config.seed,
+                                                config.test_fraction)
+                        mask = pa.array(is_test)
+                        test_part = out.filter(mask)
+                        train_part = out.filter(pc.invert(mask))
+                        acc.add_good(out, missing, train_part, test_part)
+                        if pending_write is not None:
+                            pending_write.result()
+                        pending_write = pool.submit(_write_both, train, train_part, test,
+                                                    test_part)
+                    acc.rows_in_before += n_lines
+                acc.inputs.append({"path": path, "lines": file_lines,
+                                   "bytes": os.path.getsize(path)})
+            if pending_write is not None:
+                pending_write.result()
+        train.close()
+        test.close()
+        if acc.rows_in == 0:
+            raise BadInput("input", files, "no lines found: the input files are empty")
+        acc.check_bad_fraction()
+        stats = acc.stats(train, test, time.monotonic() - started)
+        write_split_schema(train_dir, config.hash_buckets, acc.rows_train, train.files())
+        write_split_schema(test_dir, config.hash_buckets, acc.rows_test, test.files())
+        if stats_path:
+            tmp = stats_path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(stats, fh, indent=2)
+                fh.write("\n")
+            os.replace(tmp, stats_path)
+        ok = True
+        return stats
+    finally:
+        if not ok:
+            train.remove()
+            test.remove()
+
+
+def _write_both(train: _ShardSet, train_part, test: _ShardSet, test_part) -> None:
+    if train_part.num_rows:
+        train.write(train_part)
+    if test_part.num_rows:
+        test.write(test_part)
+
+
+class _Accumulator:
+    """Counts, rejects and per-column statistics over the whole run."""
+
+    def __init__(self, config: PrepConfig):
+        self.config = config
+        self.rows_in_before = 0        # lines of all blocks seen so far (global line index base)
+        self.rows_in = 0
+        self.rows_train = 0
+        self.rows_test = 0
+        self.rows_rejected = 0
+        self.pos_train = 0
+        self.pos_test = 0
+        self.missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
+        self.by_reason: Dict[str, int] = {}
+        self.examples: List[Dict[str, Any]] = []
+        self.inputs: List[Dict[str, Any]] = []
+
+    def add_rejects(self, path: str, first_line: int, rejects, n_lines: int) -> None:
+        self.rows_in += n_lines
+        self.rows_rejected += len(rejects)
+        for i, category, detail, text in rejects:
+            self.by_reason[category] = self.by_reason.get(category, 0) + 1
+            if len(self.examples) < self.config.max_examples:
+                self.examples.append({"file": path, "line": first_line + i, "reason": detail,
+                                      "text": text[:200].decode("utf-8", "replace")})
+        if n_lines >= 1000 and len(rejects) > n_lines // 2 and rejects:
+            i, _, detail, _ = rejects[0]
+            raise BadInput("input", f"{path}:{first_line + i}",
+                           f"{len(rejects)} of {n_lines} lines in this block are bad "
+                           f"(first: {detail}); is this a Criteo TSV file (label, 13 integer "
+                           f"and 26 categorical fields, tab-separated)?")
+
+    def add_good(self, out, missing: np.ndarray, train_part, test_part) -> None:
+        import pyarrow.compute as pc
+
+        self.missing += missing
+        self.rows_train += train_part.num_rows
+        self.rows_test += test_part.num_rows
+        if train_part.num_rows:
+            self.pos_train += int(pc.sum(train_part.column(0).cast("int64")).as_py() or 0)
+        if test_part.num_rows:
+            self.pos_test += int(pc.sum(test_part.column(0).cast("int64")).as_py() or 0)
+
+    def check_bad_fraction(self) -> None:
+        frac = self.rows_rejected / self.rows_in
+        if self.rows_rejected and frac > self.config.max_bad_fraction:
+            first = self.examples[0] if self.examples else {"file": "?", "line": "?",
+                                                            "reason": "?"}
+            raise BadInput(
+                "max_bad_fraction", self.config.max_bad_fraction,
+                f"{self.rows_rejected} of {self.rows_in} lines ({frac:.4%}) were rejected; "
+                f"first at {first['file']}:{first['line']}: {first['reason']}. Fix the input, "
+                f"or raise --max-bad-fraction to accept it")
+
+    def stats(self, train: _ShardSet, test: _ShardSet, seconds: float) -> Dict[str, Any]:
+        good = self.rows_train + self.rows_test
+        assert self.rows_in == good + self.rows_rejected, "row accounting broke"
+        total_bytes = sum(i["bytes"] for i in self.inputs)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "hash_buckets": self.config.hash_buckets,
+            "rows_in": self.rows_in,
+            "rows_train": self.rows_train,
+            "rows_test": self.rows_test,
+            "rows_rejected": self.rows_rejected,
+            "rejected_fraction": self.rows_rejected / self.rows_in if self.rows_in else 0.0,
+            "rejected_by_reason": dict(sorted(self.by_reason.items())),
+            "rejected_examples": self.examples,
+            "positive_rate": (self.pos_train + self.pos_test) / good if good else 0.0,
+            "positive_rate_train": self.pos_train / self.rows_train if self.rows_train else 0.0,
+            "positive_rate_test": self.pos_test / self.rows_test if self.rows_test else 0.0,
+            "missing_rate": {name: (int(m) / good if good else 0.0)
+                             for name, m in zip(RAW_COLUMNS[1:], self.missing)},
+            "train_files": train.files(),
+            "test_files": test.files(),
+            "inputs": self.inputs,
+            "config": asdict(self.config),
+            "seconds": round(seconds, 3),
+            "input_mb_per_s": round(total_bytes / 1e6 / seconds, 2) if seconds > 0 else None,
+        }
