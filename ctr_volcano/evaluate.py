@@ -7,8 +7,8 @@ same numbers, and the numbers must be trustworthy enough to gate a model release
   histogram approximation like Paddle's in-graph ``auc`` op. Ties matter for CTR models, whose
   predictions collapse onto a few values early in training.
 * Scoring streams the test Parquet shards in batches through the single-process loader
-  (:func:`ctr_model.infer.load_model`); only the labels (int8) and probabilities (float32) are kept,
-  5 bytes per row, so ten million rows need ~50 MB.
+  (:func:`ctr_model.infer.load_model`); only the labels (int8) and probabilities (float64, as scored)
+  are kept, 9 bytes per row, so ten million rows need ~90 MB.
 * The report is one HTML file with inline SVG plots drawn here (no matplotlib), so it renders as-is in
   the KFP UI's HTML visualization and in a browser from a laptop.
 
@@ -345,9 +345,9 @@ def _collect(batches: Iterable[Tuple[Any, Any]]) -> Tuple[np.ndarray, np.ndarray
         if labels is None:
             raise BadInput("data", "no label column", "evaluate on a labelled split (the prep step's test_data)")
         ys.append(np.asarray(labels, dtype=np.int8).reshape(-1))
-        ps.append(np.asarray(probs, dtype=np.float32).reshape(-1))
+        ps.append(np.asarray(probs, dtype=np.float64).reshape(-1))
     if not ys:
-        return np.zeros(0, np.int8), np.zeros(0, np.float32)
+        return np.zeros(0, np.int8), np.zeros(0, np.float64)
     return np.concatenate(ys), np.concatenate(ps)
 
 
