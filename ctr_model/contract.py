@@ -20,8 +20,9 @@ Ports: on Volcano every pod has its own IP, so all pservers listen on ``CTR_PS_P
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
@@ -29,6 +30,7 @@ __all__ = [
     "ENV_OUTPUT_DIR", "ENV_TRAIN_CONFIG", "ENV_JOB_ID", "ENV_VOLCANO_DIR", "ENV_PSERVERS",
     "ENV_TRAINERS",
     "GangContract", "role_env", "volcano_plugin_env", "host_file_contents",
+    "ContractError", "RoleSpec", "parse_role_env", "paddle_env",
 ]
 
 PSERVER = "pserver"
@@ -144,4 +146,182 @@ def volcano_plugin_env(role: str, index: int, hosts: Mapping[str, Sequence[str]]
         key = task.upper().replace("-", "_")
         env[f"VC_{key}_HOSTS"] = ",".join(task_hosts)
         env[f"VC_{key}_NUM"] = str(len(task_hosts))
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# The pod side: parse and validate the contract in one place, then derive Paddle's variables.
+# ------------------------------------------------------------------------------------------------
+
+class ContractError(ValueError):
+    """The pod's environment does not satisfy the contract; names what is missing and the fix."""
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """Everything one pod knows about itself and its gang, parsed from the environment.
+
+    Attributes:
+        role: ``pserver`` or ``trainer``.
+        index: this pod's index within its task (from ``VC_TASK_INDEX``).
+        job_id: gang identity.
+        pserver_hosts: host names of the pservers, in index order.
+        trainer_hosts: host names of the trainers, in index order.
+        ps_port: base pserver port; ``ps_port_stride`` spaces pservers sharing one host.
+        ps_port_stride: 0 (one host per pserver) or 1 (local backend).
+        gloo_port: Gloo HTTP rendezvous port on pserver 0.
+        data_dir: prep output or split directory.
+        output_dir: shared output directory.
+        train_config_json: the raw training config JSON (validated by ``TrainConfig``).
+    """
+
+    role: str
+    index: int
+    job_id: str
+    pserver_hosts: Tuple[str, ...]
+    trainer_hosts: Tuple[str, ...]
+    ps_port: int
+    ps_port_stride: int
+    gloo_port: int
+    data_dir: str
+    output_dir: str
+    train_config_json: str = "{}"
+
+    @property
+    def pservers(self) -> int:
+        return len(self.pserver_hosts)
+
+    @property
+    def trainers(self) -> int:
+        return len(self.trainer_hosts)
+
+    def ps_endpoints(self) -> List[str]:
+        """``host:port`` of every pserver, in index order (Paddle's pserver list)."""
+        return [f"{h}:{self.ps_port + i * self.ps_port_stride}" for i, h in enumerate(self.pserver_hosts)]
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+def _read_hosts(task: str, env: Mapping[str, str], missing: List[str]) -> Tuple[str, ...]:
+    key = task.upper().replace("-", "_")
+    text = env.get(f"VC_{key}_HOSTS", "")
+    if text.strip():
+        return tuple(h.strip() for h in text.split(",") if h.strip())
+    vdir = env.get(ENV_VOLCANO_DIR) or DEFAULT_VOLCANO_DIR
+    path = os.path.join(vdir, f"{task.replace('-', '_')}.host")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            hosts = tuple(line.strip() for line in fh if line.strip())
+    except OSError:
+        hosts = ()
+    if not hosts:
+        missing.append(f"VC_{key}_HOSTS (or the file {path}; Volcano's svc plugin provides both)")
+    return hosts
+
+
+def _int_var(env: Mapping[str, str], name: str, missing: List[str], bad: List[str],
+             low: int = 0, high: int = 1 << 31) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        missing.append(name)
+        return -1
+    try:
+        value = int(text)
+    except ValueError:
+        bad.append(f"{name}={text!r} is not an integer")
+        return -1
+    if not low <= value <= high:
+        bad.append(f"{name}={value} must be in {low}..{high}")
+    return value
+
+
+def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
+    """Parse and cross-check this pod's contract; refuse to run half-configured.
+
+    Role and index come only from ``CTR_ROLE`` and Volcano's ``VC_TASK_INDEX`` (``VK_TASK_INDEX`` as
+    a fallback); peers only from Volcano's svc plugin.
+
+    Raises:
+        ContractError: listing every missing or inconsistent variable and how to fix it.
+    """
+    env = os.environ if environ is None else environ
+    missing: List[str] = []
+    bad: List[str] = []
+    role = env.get(ENV_ROLE, "").strip()
+    if not role:
+        missing.append(f"{ENV_ROLE} (one of {', '.join(ROLES)})")
+    elif role not in ROLES:
+        bad.append(f"{ENV_ROLE}={role!r} must be one of {', '.join(ROLES)}")
+    index_var = "VC_TASK_INDEX" if env.get("VC_TASK_INDEX", "").strip() else "VK_TASK_INDEX"
+    if not env.get(index_var, "").strip():
+        missing.append("VC_TASK_INDEX (Volcano's env plugin sets it: add plugins: {env: []} to the Job)")
+        index = -1
+    else:
+        index = _int_var(env, index_var, missing, bad)
+    pserver_hosts = _read_hosts(PSERVER, env, missing)
+    trainer_hosts = _read_hosts(TRAINER, env, missing)
+    job_id = env.get(ENV_JOB_ID, "").strip()
+    if not job_id:
+        missing.append(ENV_JOB_ID)
+    ps_port = _int_var(env, ENV_PS_PORT, missing, bad, 1, 65535)
+    stride = _int_var(env, ENV_PS_PORT_STRIDE, [], bad, 0, 1) if env.get(ENV_PS_PORT_STRIDE) else 0
+    gloo_port = _int_var(env, ENV_GLOO_PORT, missing, bad, 1, 65535)
+    data_dir = env.get(ENV_DATA_DIR, "").strip()
+    output_dir = env.get(ENV_OUTPUT_DIR, "").strip()
+    if not output_dir:
+        missing.append(f"{ENV_OUTPUT_DIR} (shared by every role)")
+    if role == TRAINER and not data_dir:
+        missing.append(f"{ENV_DATA_DIR} (the prep output)")
+    for count_var, hosts, task in ((ENV_PSERVERS, pserver_hosts, PSERVER),
+                                   (ENV_TRAINERS, trainer_hosts, TRAINER)):
+        expected = env.get(count_var, "").strip()
+        if expected and hosts and expected != str(len(hosts)):
+            bad.append(f"{count_var}={expected} but Volcano lists {len(hosts)} {task} host(s): "
+                       f"the Job's {task} replicas and the launcher disagree")
+    if role in ROLES and index >= 0:
+        hosts = pserver_hosts if role == PSERVER else trainer_hosts
+        if hosts and index >= len(hosts):
+            bad.append(f"VC_TASK_INDEX={index} but task {role!r} has only {len(hosts)} host(s)")
+    if ps_port > 0 and stride == 0 and len(set(pserver_hosts)) != len(pserver_hosts):
+        bad.append(f"pserver hosts repeat ({','.join(pserver_hosts)}) with {ENV_PS_PORT_STRIDE}=0: "
+                   f"set {ENV_PS_PORT_STRIDE}=1 when pservers share a host")
+    if missing or bad:
+        parts = []
+        if missing:
+            parts.append("missing: " + "; ".join(missing))
+        if bad:
+            parts.append("invalid: " + "; ".join(bad))
+        raise ContractError("the pod's environment is half-configured, refusing to start ("
+                            + " | ".join(parts) + "). Launch it through ctr-volcano (local or Volcano "
+                            "backend), which sets the whole contract.")
+    return RoleSpec(role=role, index=index, job_id=job_id, pserver_hosts=pserver_hosts,
+                    trainer_hosts=trainer_hosts, ps_port=ps_port, ps_port_stride=stride,
+                    gloo_port=gloo_port, data_dir=data_dir, output_dir=output_dir,
+                    train_config_json=env.get(ENV_TRAIN_CONFIG, "") or "{}")
+
+
+def paddle_env(spec: RoleSpec) -> Dict[str, str]:
+    """Paddle's parameter-server variables for this pod, derived in one place.
+
+    Gloo (HTTP rendezvous served by pserver 0) is always on, because without it Paddle's barriers are
+    silent no-ops and the clean-shutdown sequence would race.
+    """
+    endpoints = spec.ps_endpoints()
+    env = {
+        "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(endpoints),
+        "PADDLE_TRAINERS_NUM": str(spec.trainers),
+        "PADDLE_WITH_GLOO": "1",
+        "PADDLE_GLOO_RENDEZVOUS": "3",
+        "PADDLE_GLOO_HTTP_ENDPOINT": f"{spec.pserver_hosts[0]}:{spec.gloo_port}",
+        "SYS_JOB_ID": spec.job_id,
+        "FLAGS_LAUNCH_BARRIER": "1",
+    }
+    if spec.role == PSERVER:
+        host, port = endpoints[spec.index].rsplit(":", 1)
+        env.update(TRAINING_ROLE="PSERVER", POD_IP=host, PADDLE_PORT=port)
+    else:
+        env.update(TRAINING_ROLE="TRAINER", POD_IP=spec.trainer_hosts[spec.index],
+                   PADDLE_PORT=str(spec.ps_port), PADDLE_TRAINER_ID=str(spec.index))
     return env

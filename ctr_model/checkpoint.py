@@ -1,0 +1,89 @@
+"""Per-epoch checkpoints on the shared output directory.
+
+Layout: ``OUTPUT/checkpoints/epoch-N/`` holds the pservers' tables (written by each pserver, so the
+directory must be shared) and ``meta.json``; the ``_COMPLETE`` marker is written last, by trainer 0,
+after every table is on disk. A restarted gang resumes from the newest complete checkpoint and
+ignores (then overwrites) an incomplete one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["COMPLETE_MARKER", "Checkpoint", "checkpoint_root", "epoch_dir", "latest_complete",
+           "mark_complete", "prune"]
+
+COMPLETE_MARKER = "_COMPLETE"
+_EPOCH_RE = re.compile(r"^epoch-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint."""
+
+    epoch: int
+    path: str
+    meta: dict
+
+
+def checkpoint_root(output_dir: str) -> str:
+    return os.path.join(output_dir, "checkpoints")
+
+
+def epoch_dir(output_dir: str, epoch: int) -> str:
+    return os.path.join(checkpoint_root(output_dir), f"epoch-{epoch}")
+
+
+def latest_complete(output_dir: str) -> Optional[Checkpoint]:
+    """The newest checkpoint whose marker exists, or ``None``."""
+    root = checkpoint_root(output_dir)
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return None
+    best: Optional[Checkpoint] = None
+    for name in names:
+        match = _EPOCH_RE.match(name)
+        path = os.path.join(root, name)
+        marker = os.path.join(path, COMPLETE_MARKER)
+        if not match or not os.path.exists(marker):
+            continue
+        epoch = int(match.group(1))
+        if best is None or epoch > best.epoch:
+            try:
+                with open(os.path.join(path, "meta.json"), encoding="utf-8") as fh:
+                    meta = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            best = Checkpoint(epoch=epoch, path=path, meta=meta)
+    return best
+
+
+def mark_complete(path: str, meta: dict) -> None:
+    """Write ``meta.json`` and then the marker (atomically, in that order)."""
+    tmp = os.path.join(path, "meta.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+    os.replace(tmp, os.path.join(path, "meta.json"))
+    with open(os.path.join(path, COMPLETE_MARKER), "w", encoding="utf-8") as fh:
+        fh.write("ok\n")
+
+
+def prune(output_dir: str, keep: int) -> None:
+    """Delete all but the newest ``keep`` complete checkpoints (and incomplete older ones)."""
+    root = checkpoint_root(output_dir)
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return
+    epochs = sorted((int(m.group(1)), n) for n in names if (m := _EPOCH_RE.match(n)))
+    complete = [e for e, n in epochs if os.path.exists(os.path.join(root, n, COMPLETE_MARKER))]
+    keep_set = set(complete[-keep:])
+    newest = complete[-1] if complete else -1
+    for epoch, name in epochs:
+        if epoch not in keep_set and epoch < newest:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)

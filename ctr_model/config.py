@@ -1,0 +1,142 @@
+"""The training configuration: one frozen, validated dataclass.
+
+Every role of a gang reads the same config (from ``--config FILE`` or ``CTR_TRAIN_CONFIG``), so it is
+validated once, where it enters the process, and every error names the field, the bad value and the
+fix. The defaults are tuned for asynchronous parameter-server training, which learns more slowly per
+pass than single-process training: a higher learning rate and a narrower FC stack than PaddleRec's
+benchmark reach the data's ceiling in fewer epochs.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping, Tuple
+
+from ctr_model.features import DEFAULT_HASH_BUCKETS
+
+__all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
+
+OPTIMIZERS = ("adam",)
+READERS = ("inmemory", "queue")
+
+
+class ConfigError(ValueError):
+    """A training config field is invalid; the message names the field, the value and the fix."""
+
+    def __init__(self, field: str, value: Any, fix: str):
+        self.field = field
+        self.value = value
+        self.fix = fix
+        super().__init__(f"TrainConfig.{field}={value!r}: {fix}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters and run settings of the CTR DNN.
+
+    Attributes:
+        embedding_dim: width of each sparse feature's embedding (held on the pservers).
+        fc_sizes: hidden layer widths of the FC stack (ReLU after each).
+        learning_rate: optimizer step size; async PS needs more than single-process training.
+        optimizer: ``adam`` (the pservers' sparse Adam rule; the only layout the loader reads).
+        batch_size: examples per batch and per trainer thread.
+        epochs: passes over the training split.
+        threads: Paddle dataset threads per trainer (Hogwild within the trainer).
+        print_every: batches between Paddle's own progress lines.
+        progress_secs: seconds between the trainer's examples/s progress lines.
+        hash_buckets: id space of the categorical columns; must equal the prep output's.
+        seed: seed of parameter initialisation and shuffling.
+        reader: ``inmemory`` (load the shard once, shuffle per epoch) or ``queue`` (stream files).
+        shuffle: shuffle the in-memory data before each epoch (``inmemory`` only).
+        keep_checkpoints: how many epoch checkpoints to keep (the newest ones).
+        sparse_shards: files per pserver for the sparse table when saving (Paddle's default, 1000,
+            makes every checkpoint slow).
+    """
+
+    embedding_dim: int = 10
+    fc_sizes: Tuple[int, ...] = (256, 128, 64)
+    learning_rate: float = 0.005
+    optimizer: str = "adam"
+    batch_size: int = 512
+    epochs: int = 3
+    threads: int = 1
+    print_every: int = 200
+    progress_secs: float = 10.0
+    hash_buckets: int = DEFAULT_HASH_BUCKETS
+    seed: int = 2024
+    reader: str = "inmemory"
+    shuffle: bool = True
+    keep_checkpoints: int = 2
+    sparse_shards: int = 16
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, upper: int = 1 << 31) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper:
+                raise ConfigError(name, value, f"use an integer in 1..{upper}")
+
+        for name in ("embedding_dim", "batch_size", "threads", "print_every", "keep_checkpoints",
+                     "sparse_shards"):
+            positive_int(name)
+        positive_int("epochs", 1000)
+        positive_int("hash_buckets", 1 << 62)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", self.seed, "use a non-negative integer")
+        sizes = self.fc_sizes
+        if isinstance(sizes, list):
+            object.__setattr__(self, "fc_sizes", tuple(sizes))
+            sizes = self.fc_sizes
+        if (not isinstance(sizes, tuple) or not sizes
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)):
+            raise ConfigError("fc_sizes", sizes, "use a non-empty list of positive integers, e.g. [256, 128, 64]")
+        for name in ("learning_rate", "progress_secs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(name, value, "use a positive number")
+            object.__setattr__(self, name, float(value))
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("optimizer", self.optimizer, f"use one of {', '.join(OPTIMIZERS)}")
+        if self.reader not in READERS:
+            raise ConfigError("reader", self.reader, f"use one of {', '.join(READERS)}")
+        if not isinstance(self.shuffle, bool):
+            raise ConfigError("shuffle", self.shuffle, "use true or false")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "TrainConfig":
+        """Build a config from a JSON-like mapping; unknown keys are refused, missing ones default."""
+        if data is None:
+            return cls()
+        if isinstance(data, TrainConfig):
+            return data
+        if not isinstance(data, Mapping):
+            raise ConfigError("<config>", data, "pass a JSON object / dict of TrainConfig fields")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(unknown[0], data[unknown[0]],
+                              f"unknown field; known fields are {', '.join(sorted(known))}")
+        values = dict(data)
+        if "fc_sizes" in values and isinstance(values["fc_sizes"], list):
+            values["fc_sizes"] = tuple(values["fc_sizes"])
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainConfig":
+        """Parse a JSON object (as carried by ``CTR_TRAIN_CONFIG`` or a ``--config`` file)."""
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ConfigError("<config>", text[:80], f"not valid JSON ({exc})") from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict:
+        """JSON-able dict; ``from_dict(to_dict())`` round-trips."""
+        data = asdict(self)
+        data["fc_sizes"] = list(self.fc_sizes)
+        return data
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        """A validated copy with some fields changed."""
+        data = self.to_dict()
+        data.update(changes)
+        return TrainConfig.from_dict(data)

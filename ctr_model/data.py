@@ -1,0 +1,163 @@
+"""Trainer input: find the prep shards, split them across trainers, convert them to Paddle's slots.
+
+Paddle's C++ dataset (the only path that trains correctly in async PS mode) reads MultiSlot text:
+per example, for every slot in feed order, ``<count> v1 .. v_count``. Each trainer converts its own
+Parquet shards once, before the first epoch, with Arrow's C++ CSV writer (no Python per row), and
+then every epoch reads them with ``pipe_command="cat"``. Shards are assigned whole: sorted list,
+shard ``i`` goes to trainer ``i mod T``, so trainers never overlap and no row is dropped.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from ctr_model.features import (DENSE_COLUMNS, LABEL, NUM_DENSE, RAW_COLUMNS, SCHEMA_FILE,
+                                SCHEMA_VERSION, SPARSE_COLUMNS)
+
+__all__ = ["DataError", "SplitInfo", "resolve_split", "shard_files", "assign_shards",
+           "parquet_to_slots", "convert_shards"]
+
+
+class DataError(ValueError):
+    """The training data is missing or does not match the schema; names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    """A validated split directory."""
+
+    path: str
+    hash_buckets: int
+    rows: int
+    files: tuple
+
+
+def _check_schema(split_dir: str) -> dict:
+    try:
+        from ctr_model.features import check_split_schema  # type: ignore[attr-defined]
+    except ImportError:
+        check_split_schema = None
+    if check_split_schema is not None:
+        result = check_split_schema(split_dir)
+        if isinstance(result, dict):
+            return result
+    path = os.path.join(split_dir, SCHEMA_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            schema = json.load(fh)
+    except FileNotFoundError:
+        raise DataError(f"{path} not found: point the data dir at a `ctr-volcano prep` output "
+                        f"(a directory with train/ and test/) or at one of its splits") from None
+    if schema.get("schema_version") != SCHEMA_VERSION:
+        raise DataError(f"{path}: schema_version={schema.get('schema_version')!r}, this trainer reads "
+                        f"{SCHEMA_VERSION}: re-run `ctr-volcano prep` with this version")
+    return schema
+
+
+def shard_files(split_dir: str) -> List[str]:
+    """The split's Parquet shards, sorted."""
+    return sorted(glob.glob(os.path.join(split_dir, "part-*.parquet")))
+
+
+def resolve_split(data_dir: str, split: str = "train") -> Optional[SplitInfo]:
+    """Find and validate ``split`` of a prep dir; a split dir itself is accepted for ``train``.
+
+    Returns ``None`` when the prep dir has no such split (e.g. no ``test``).
+    """
+    candidate = os.path.join(data_dir, split)
+    if os.path.isdir(candidate):
+        path = candidate
+    elif split == "train" and os.path.exists(os.path.join(data_dir, SCHEMA_FILE)):
+        path = data_dir
+    elif split == "train":
+        raise DataError(f"data dir {data_dir!r} has neither train/ nor {SCHEMA_FILE}: pass the "
+                        f"output directory of `ctr-volcano prep`")
+    else:
+        return None
+    schema = _check_schema(path)
+    files = shard_files(path)
+    if not files:
+        raise DataError(f"{path} has no part-*.parquet shards: re-run `ctr-volcano prep`")
+    return SplitInfo(path=path, hash_buckets=int(schema.get("hash_buckets", 0)),
+                     rows=int(schema.get("rows", -1)), files=tuple(files))
+
+
+def assign_shards(files: Sequence[str], trainer: int, trainers: int) -> List[str]:
+    """Whole shards for one trainer: sorted list, shard ``i`` -> trainer ``i mod trainers``."""
+    ordered = sorted(files)
+    return [f for i, f in enumerate(ordered) if i % trainers == trainer]
+
+
+def parquet_to_slots(src: str, dst: str, hash_buckets: int, chunk_rows: int = 262_144) -> int:
+    """Convert one Parquet shard to MultiSlot text; returns the number of rows written.
+
+    Slot order: label, C1..C26, the 13 dense values as one slot (the network's feed order).
+
+    Raises:
+        DataError: on missing columns, nulls, NaN, or ids outside ``[0, hash_buckets)``; a bad row
+            is never dropped silently.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(src)
+    names = set(pf.schema_arrow.names)
+    missing = [c for c in RAW_COLUMNS if c not in names]
+    if missing:
+        raise DataError(f"{src}: columns {missing[:5]} missing: re-run `ctr-volcano prep`")
+    out_names = []
+    for name in (LABEL,) + SPARSE_COLUMNS:
+        out_names += [f"n_{name}", name]
+    out_names += ["n_dense"] + list(DENSE_COLUMNS)
+    opts = pacsv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none")
+    rows = 0
+    tmp = dst + ".tmp"
+    with pa.OSFile(tmp, "wb") as sink:
+        writer = None
+        for batch in pf.iter_batches(batch_size=chunk_rows, columns=list(RAW_COLUMNS)):
+            n = batch.num_rows
+            one = pa.array(np.ones(n, dtype=np.int8))
+            arrays = []
+            for name in (LABEL,) + SPARSE_COLUMNS:
+                col = batch.column(name)
+                if col.null_count:
+                    raise DataError(f"{src}: column {name} has {col.null_count} nulls: prep must fill them")
+                lo, hi = pc.min_max(col).values()
+                if name == LABEL:
+                    if lo.as_py() < 0 or hi.as_py() > 1:
+                        raise DataError(f"{src}: label outside 0/1 ({lo}..{hi}): fix the input data")
+                elif lo.as_py() < 0 or hi.as_py() >= hash_buckets:
+                    raise DataError(f"{src}: {name} ids {lo}..{hi} outside [0, {hash_buckets}): "
+                                    f"hash_buckets of the config and of prep differ")
+                arrays += [one, col]
+            arrays.append(pa.array(np.full(n, NUM_DENSE, dtype=np.int8)))
+            for name in DENSE_COLUMNS:
+                col = batch.column(name)
+                if col.null_count or pc.any(pc.is_nan(col)).as_py():
+                    raise DataError(f"{src}: dense column {name} has nulls/NaN: prep must transform them")
+                arrays.append(col)
+            table = pa.Table.from_arrays(arrays, names=out_names)
+            if writer is None:
+                writer = pacsv.CSVWriter(sink, table.schema, write_options=opts)
+            writer.write_table(table)
+            rows += n
+        if writer is not None:
+            writer.close()
+    os.replace(tmp, dst)
+    return rows
+
+
+def convert_shards(files: Sequence[str], out_dir: str, hash_buckets: int) -> List[tuple]:
+    """Convert shards into ``out_dir``; returns ``[(slot_file, rows), ...]`` in input order."""
+    os.makedirs(out_dir, exist_ok=True)
+    result = []
+    for i, src in enumerate(files):
+        dst = os.path.join(out_dir, f"{i:05d}-{os.path.basename(src)}.slots")
+        result.append((dst, parquet_to_slots(src, dst, hash_buckets)))
+    return result

@@ -1,0 +1,231 @@
+"""Single-process scoring of an exported model: no pservers, no fleet, no Paddle.
+
+The exported ``model/`` directory holds what the parameter-server run wrote (``dnn_plugin/`` dense
+files and the pservers' sparse-table text shards ``000/part-*.gz``) plus what trainer 0 adds at export:
+``dense.npz`` (the dense parameters pulled from the pservers), ``sparse.npz`` (the sparse table as
+sorted keys + embedding rows, parsed once from the text shards) and ``model_meta.json``. The network is
+small and fixed (:mod:`ctr_model.net`), so the forward pass is rebuilt in numpy: evaluation and
+serving need neither Paddle nor a cluster. Ids never seen in training score with a zero embedding,
+as the pservers' tiny random initialisation would, almost.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator, Optional, Sequence, Tuple
+
+__all__ = ["ModelError", "Scorer", "load_model", "read_sparse_table", "write_sparse_npz",
+           "evaluate_files", "auc", "logloss", "MODEL_META", "DENSE_FILE", "SPARSE_FILE"]
+
+MODEL_META = "model_meta.json"
+DENSE_FILE = "dense.npz"
+SPARSE_FILE = "sparse.npz"
+#: Column of ``embed_w`` and first column of ``embedx_w`` in a SparseAdamSGDRule text line
+#: (``key slot unseen_days delta_score show click embed_w m v beta1pow beta2pow embedx_w...``).
+_EMBED_W_COL = 6
+_EMBEDX_COL = 11
+
+
+class ModelError(ValueError):
+    """The model directory is incomplete or not ours; names the path and the fix."""
+
+
+def read_sparse_table(model_dir: str, dim: int):
+    """Parse the pservers' sparse-table shards into ``(sorted keys uint64, rows float32[n, dim])``."""
+    import numpy as np
+    import pandas as pd
+
+    files = sorted(glob.glob(os.path.join(model_dir, "000", "part-*")))
+    if not files:
+        raise ModelError(f"{model_dir}/000/ has no sparse-table shards: was the model exported by "
+                         f"ctr_model.train (fleet.save_inference_model)?")
+    cols = [0, _EMBED_W_COL] + list(range(_EMBEDX_COL, _EMBEDX_COL + dim - 1))
+    keys, rows = [], []
+    for path in files:
+        if os.path.getsize(path) <= 20:        # empty gzip member
+            continue
+        try:
+            frame = pd.read_csv(path, sep=" ", header=None, usecols=cols, compression="gzip",
+                                dtype={0: "uint64"}, engine="c")
+        except pd.errors.EmptyDataError:
+            continue
+        keys.append(frame[0].to_numpy(dtype=np.uint64))
+        rows.append(frame[cols[1:]].to_numpy(dtype=np.float32))
+    if not keys:
+        return np.zeros(0, dtype=np.uint64), np.zeros((0, dim), dtype=np.float32)
+    k = np.concatenate(keys)
+    r = np.concatenate(rows)
+    order = np.argsort(k, kind="stable")
+    return k[order], r[order]
+
+
+def write_sparse_npz(model_dir: str, dim: int) -> int:
+    """Parse the text shards once and store them as ``sparse.npz``; returns the number of keys."""
+    import numpy as np
+
+    keys, rows = read_sparse_table(model_dir, dim)
+    np.savez(os.path.join(model_dir, SPARSE_FILE), keys=keys, rows=rows)
+    return int(len(keys))
+
+
+@dataclass
+class Scorer:
+    """An exported CTR model in memory.
+
+    Attributes:
+        meta: ``model_meta.json`` (schema_version, hash_buckets, config).
+        keys: sorted sparse keys (hashed ids seen in training).
+        rows: their embedding rows.
+        layers: ``[(W, b), ...]`` of the FC stack followed by the 2-way output layer.
+    """
+
+    meta: dict
+    keys: object
+    rows: object
+    layers: list
+
+    @property
+    def embedding_dim(self) -> int:
+        return int(self.meta["config"]["embedding_dim"])
+
+    def _features(self, table):
+        import numpy as np
+
+        from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS
+
+        cols = _columns(table)
+        missing = [c for c in DENSE_COLUMNS + SPARSE_COLUMNS if c not in cols]
+        if missing:
+            raise ModelError(f"input lacks feature columns {missing[:5]}: score the output of "
+                             f"`ctr-volcano prep` (columns {DENSE_COLUMNS[0]}.. and {SPARSE_COLUMNS[0]}..)")
+        dense = np.stack([np.asarray(cols[c], dtype=np.float64) for c in DENSE_COLUMNS], axis=1)
+        ids = np.stack([np.asarray(cols[c]).astype(np.uint64) for c in SPARSE_COLUMNS], axis=1)
+        return dense, ids
+
+    def predict(self, table) -> "np.ndarray":  # noqa: F821
+        """Click probabilities (float64) for a pyarrow Table, pandas DataFrame or dict of columns."""
+        import numpy as np
+
+        dense, ids = self._features(table)
+        n, slots = ids.shape
+        dim = self.embedding_dim
+        flat = ids.reshape(-1)
+        emb = np.zeros((flat.size, dim), dtype=np.float64)
+        if len(self.keys):
+            pos = np.searchsorted(self.keys, flat)
+            pos = np.minimum(pos, len(self.keys) - 1)
+            hit = self.keys[pos] == flat
+            emb[hit] = self.rows[pos[hit]]
+        x = np.concatenate([emb.reshape(n, slots * dim), dense], axis=1)
+        for w, b in self.layers[:-1]:
+            x = np.maximum(x @ w + b, 0.0)
+        w, b = self.layers[-1]
+        logits = x @ w + b
+        return 1.0 / (1.0 + np.exp(-(logits[:, 1] - logits[:, 0])))
+
+    def predict_files(self, paths: Sequence[str], batch_size: int = 65536
+                      ) -> Iterator[Tuple[Optional["np.ndarray"], "np.ndarray"]]:  # noqa: F821
+        """Stream Parquet files; yields ``(labels or None, probabilities)`` per batch."""
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        from ctr_model.features import DENSE_COLUMNS, LABEL, SPARSE_COLUMNS
+
+        for path in paths:
+            pf = pq.ParquetFile(path)
+            names = set(pf.schema_arrow.names)
+            wanted = ([LABEL] if LABEL in names else []) + list(DENSE_COLUMNS + SPARSE_COLUMNS)
+            for batch in pf.iter_batches(batch_size=batch_size, columns=[c for c in wanted if c in names]):
+                labels = (np.asarray(batch.column(LABEL).to_numpy(zero_copy_only=False))
+                          if LABEL in names else None)
+                yield labels, self.predict(batch)
+
+
+def _columns(table) -> Dict[str, object]:
+    if hasattr(table, "column_names") and hasattr(table, "column"):   # pyarrow Table / RecordBatch
+        return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    if hasattr(table, "columns") and hasattr(table, "__getitem__"):     # pandas DataFrame
+        return {str(c): table[c].to_numpy() for c in table.columns}
+    if isinstance(table, dict):
+        return table
+    raise ModelError(f"cannot score a {type(table).__name__}: pass a pyarrow Table, a pandas "
+                     f"DataFrame or a dict of columns")
+
+
+def load_model(model_dir: str) -> Scorer:
+    """Rebuild an exported model in this process.
+
+    Raises:
+        ModelError: the directory lacks ``model_meta.json``/``dense.npz`` or the sparse table.
+    """
+    import numpy as np
+
+    meta_path = os.path.join(model_dir, MODEL_META)
+    try:
+        with open(meta_path, encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except FileNotFoundError:
+        raise ModelError(f"{meta_path} not found: pass the model/ directory written by "
+                         f"ctr-volcano train") from None
+    dim = int(meta["config"]["embedding_dim"])
+    fc_sizes = list(meta["config"]["fc_sizes"])
+    try:
+        dense = np.load(os.path.join(model_dir, DENSE_FILE))
+    except FileNotFoundError:
+        raise ModelError(f"{model_dir}/{DENSE_FILE} missing: the export did not finish; re-run "
+                         f"training") from None
+    names = [(f"fc{i}.w", f"fc{i}.b") for i in range(len(fc_sizes))] + [("out.w", "out.b")]
+    layers = [(dense[w].astype(np.float64), dense[b].astype(np.float64)) for w, b in names]
+    sparse_path = os.path.join(model_dir, SPARSE_FILE)
+    if os.path.exists(sparse_path):
+        data = np.load(sparse_path)
+        keys, rows = data["keys"], data["rows"]
+    else:
+        keys, rows = read_sparse_table(model_dir, dim)
+    return Scorer(meta=meta, keys=keys, rows=rows.astype(np.float64), layers=layers)
+
+
+def auc(labels, scores) -> float:
+    """ROC AUC with ties averaged (numpy only)."""
+    import numpy as np
+
+    y = np.asarray(labels).astype(bool)
+    s = np.asarray(scores, dtype=np.float64)
+    n_pos = int(y.sum())
+    n_neg = y.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(s, kind="mergesort")
+    s_sorted = s[order]
+    ranks = np.empty(s.size, dtype=np.float64)
+    starts = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])
+    ends = np.r_[starts[1:], s.size]
+    avg = (starts + ends + 1) / 2.0
+    ranks[order] = np.repeat(avg, ends - starts)
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def logloss(labels, probs) -> float:
+    import numpy as np
+
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7)
+    return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
+
+
+def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536) -> dict:
+    """AUC, logloss, rows and CTR of a model on labelled Parquet files."""
+    import numpy as np
+
+    ys, ps = [], []
+    for labels, probs in scorer.predict_files(paths, batch_size=batch_size):
+        if labels is None:
+            raise ModelError("evaluation data has no label column")
+        ys.append(labels)
+        ps.append(probs)
+    y = np.concatenate(ys) if ys else np.zeros(0)
+    p = np.concatenate(ps) if ps else np.zeros(0)
+    return {"auc": auc(y, p), "logloss": logloss(y, p) if y.size else float("nan"),
+            "rows": int(y.size), "ctr": float(y.mean()) if y.size else float("nan")}

@@ -1,0 +1,128 @@
+"""The CTR DNN as a Paddle static program (PaddleRec's ``rank/dnn`` shape, written from scratch).
+
+26 categorical slots share one embedding table (held on the pservers in PS mode), concatenated with
+the 13 dense inputs and fed through an FC stack with ReLU and a 2-way softmax. The parameter names
+are fixed (``fc0.w``, ``fc0.b``, ..., ``out.w``, ``out.b``, ``SparseFeatFactors``) so the exported
+model can be rebuilt in one process without Paddle (:mod:`ctr_model.infer`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List
+
+from ctr_model.config import TrainConfig
+from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
+
+__all__ = ["EMBEDDING_NAME", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "dense_param_names",
+           "fix_proto_shadowing", "make_optimizer"]
+
+EMBEDDING_NAME = "SparseFeatFactors"
+DENSE_INPUT = "dense_input"
+LABEL_INPUT = "label"
+
+
+def fix_proto_shadowing() -> None:
+    """Make Paddle's generated ``proto`` package win over proto-plus's top-level ``proto``.
+
+    ``paddle/base/trainer_desc.py`` *appends* its own directory to ``sys.path`` and then imports
+    ``from proto import trainer_desc_pb2``; with kfp installed, proto-plus's ``proto`` is found first
+    and ``train_from_dataset`` fails. Putting Paddle's directory first fixes it.
+    """
+    import os
+    import sys
+
+    import paddle.base
+
+    base = os.path.dirname(paddle.base.__file__)
+    if sys.path[:1] != [base]:
+        sys.path.insert(0, base)
+    loaded = sys.modules.get("proto")
+    if loaded is not None and not (getattr(loaded, "__file__", "") or "").startswith(base):
+        # proto-plus was imported already (e.g. by a library); drop it so Paddle's package loads.
+        for name in [n for n in sys.modules if n == "proto" or n.startswith("proto.")]:
+            del sys.modules[name]
+
+
+def dense_param_names(config: TrainConfig) -> List[str]:
+    """Names of the dense parameters, in forward order (weight, bias per layer)."""
+    names = []
+    for i in range(len(config.fc_sizes)):
+        names += [f"fc{i}.w", f"fc{i}.b"]
+    return names + ["out.w", "out.b"]
+
+
+@dataclass
+class Net:
+    """Handles to the built program's variables."""
+
+    label: object
+    sparse_inputs: list
+    dense_input: object
+    predict: object
+    loss: object
+    auc: object
+    auc_states: list
+
+    @property
+    def feed_vars(self) -> list:
+        """Variables in the MultiSlot order of the data files: label, C1..C26, dense."""
+        return [self.label] + list(self.sparse_inputs) + [self.dense_input]
+
+
+def build_net(config: TrainConfig, ps_mode: bool) -> Net:
+    """Build the network into the current default main/startup programs.
+
+    Args:
+        config: model sizes.
+        ps_mode: ``True`` puts the embedding on the pservers (``sparse_embedding``); ``False``
+            builds an ordinary local embedding of ``hash_buckets`` rows (single-process training).
+    """
+    import paddle
+
+    label = paddle.static.data(name=LABEL_INPUT, shape=[-1, 1], dtype="int64")
+    sparse = [paddle.static.data(name=name, shape=[-1, 1], dtype="int64", lod_level=1)
+              for name in SPARSE_COLUMNS]
+    dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, NUM_DENSE], dtype="float32")
+    emb_attr = paddle.ParamAttr(name=EMBEDDING_NAME,
+                                initializer=paddle.nn.initializer.Uniform(-0.01, 0.01))
+    embs = []
+    for ids in sparse:
+        if ps_mode:
+            emb = paddle.static.nn.sparse_embedding(
+                input=ids, size=[config.hash_buckets, config.embedding_dim], param_attr=emb_attr)
+        else:
+            emb = paddle.static.nn.embedding(
+                input=ids, size=[config.hash_buckets, config.embedding_dim], is_sparse=True,
+                param_attr=emb_attr)
+        embs.append(paddle.reshape(emb, shape=[-1, config.embedding_dim]))
+    x = paddle.concat(embs + [dense], axis=1)
+    width = NUM_DENSE + len(SPARSE_COLUMNS) * config.embedding_dim
+    for i, size in enumerate(config.fc_sizes):
+        x = paddle.static.nn.fc(
+            x, size=size, activation="relu",
+            weight_attr=paddle.ParamAttr(name=f"fc{i}.w", initializer=paddle.nn.initializer.Normal(
+                std=1.0 / math.sqrt(width))),
+            bias_attr=paddle.ParamAttr(name=f"fc{i}.b", initializer=paddle.nn.initializer.Constant(0.0)))
+        width = size
+    logits = paddle.static.nn.fc(
+        x, size=2,
+        weight_attr=paddle.ParamAttr(name="out.w", initializer=paddle.nn.initializer.Normal(
+            std=1.0 / math.sqrt(width))),
+        bias_attr=paddle.ParamAttr(name="out.b", initializer=paddle.nn.initializer.Constant(0.0)))
+    predict = paddle.nn.functional.softmax(logits)
+    loss = paddle.mean(paddle.nn.functional.cross_entropy(
+        input=predict, label=label, reduction="none", use_softmax=False))
+    auc, _batch_auc, states = paddle.static.auc(input=predict, label=label, num_thresholds=2**12,
+                                                slide_steps=0)
+    return Net(label=label, sparse_inputs=sparse, dense_input=dense, predict=predict, loss=loss,
+               auc=auc, auc_states=list(states))
+
+
+def make_optimizer(config: TrainConfig):
+    """The optimizer named by the config (Adam uses lazy sparse updates, as PaddleRec does)."""
+    import paddle
+
+    if config.optimizer != "adam":  # pragma: no cover - TrainConfig refuses others
+        raise ValueError(f"optimizer {config.optimizer!r} is not supported")
+    return paddle.optimizer.Adam(learning_rate=config.learning_rate, lazy_mode=True)

@@ -1,0 +1,94 @@
+"""``ctr-volcano train``: train the CTR DNN on the local gang (default) or on Volcano.
+
+Heavy imports stay inside the handler so ``ctr-volcano --help`` is fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+
+__all__ = ["register"]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train", help="train the CTR DNN in parameter-server mode",
+        description="Train the CTR DNN with P pservers and T trainers, checkpoint every epoch and "
+                    "export the model to --model-out.")
+    p.add_argument("--data", required=True, metavar="PREP_DIR", help="output dir of `ctr-volcano prep`")
+    p.add_argument("--model-out", required=True, metavar="DIR", help="where the exported model goes")
+    p.add_argument("--backend", choices=("local", "volcano"), default="local",
+                   help="local processes (default) or a Volcano Job")
+    p.add_argument("--pservers", type=int, default=2, help="parameter servers (default: %(default)s)")
+    p.add_argument("--trainers", type=int, default=2, help="trainers (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=None, help="passes over the data (default: config's, 3)")
+    p.add_argument("--batch-size", type=int, default=None, help="batch size per trainer thread")
+    p.add_argument("--lr", type=float, default=None, help="learning rate")
+    p.add_argument("--config", default=None, metavar="FILE", help="TrainConfig JSON file")
+    p.add_argument("--max-retry", type=int, default=2, help="whole-gang restarts (default: %(default)s)")
+    p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
+                   help="local backend: fail a gang whose trainers print nothing this long (default: 300)")
+    p.add_argument("--workdir", default=None,
+                   help="local backend: logs and checkpoints (reuse it to resume); default: a temp dir")
+    if importlib.util.find_spec("ctr_volcano.volcano") is not None:
+        try:
+            from ctr_volcano.volcano import add_train_arguments
+
+            add_train_arguments(p)
+        except (ImportError, AttributeError):
+            pass
+    p.set_defaults(func=_handle)
+
+
+def _config(args: argparse.Namespace) -> dict:
+    from ctr_model.config import ConfigError, TrainConfig
+    from ctr_volcano.errors import BadInput
+
+    data: dict = {}
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise BadInput("--config", args.config, f"cannot read a JSON object ({exc})") from None
+    for flag, key in (("epochs", "epochs"), ("batch_size", "batch_size"), ("lr", "learning_rate")):
+        value = getattr(args, flag)
+        if value is not None:
+            data[key] = value
+    try:
+        TrainConfig.from_dict(data)
+    except ConfigError as exc:
+        raise BadInput(f"--{exc.field.replace('_', '-')}", exc.value, exc.fix) from None
+    return data
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from ctr_volcano.errors import BadInput
+
+    if args.backend == "volcano":
+        try:
+            from ctr_volcano.volcano import cli_train
+        except ImportError:
+            raise BadInput("--backend", "volcano", "the Volcano backend is not installed in this build; "
+                                                   "use --backend local") from None
+        if args.epochs is None or args.batch_size is None or args.lr is None:
+            from ctr_model.config import TrainConfig
+
+            base = TrainConfig.from_dict(_config(args))
+            args.epochs = base.epochs if args.epochs is None else args.epochs
+            args.batch_size = base.batch_size if args.batch_size is None else args.batch_size
+            args.lr = base.learning_rate if args.lr is None else args.lr
+        return int(cli_train(args) or 0)
+
+    from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S, train_local
+
+    result = train_local(args.data, args.model_out, _config(args), pservers=args.pservers,
+                         trainers=args.trainers, max_retry=args.max_retry,
+                         stall_timeout_s=args.stall_timeout or DEFAULT_STALL_TIMEOUT_S,
+                         workdir=args.workdir)
+    summary = {"model_dir": result.model_dir, "output_dir": result.output_dir,
+               "attempts": result.attempts, "epochs": result.metrics.get("epochs"),
+               "test": result.metrics.get("test")}
+    print(json.dumps(summary, sort_keys=True, default=str))
+    return 0

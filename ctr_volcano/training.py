@@ -1,0 +1,120 @@
+"""Train on the local gang backend: the embedded default of ``ctr-volcano train`` and ``train_ctr``.
+
+:func:`train_local` validates the inputs once, runs a supervised pserver/trainer gang of real processes
+(:mod:`ctr_volcano.local_gang`) that executes the production pod entrypoint, and copies the exported
+model to ``model_dir``. Checkpoints stay in ``output_dir`` (under ``workdir``), so calling it again with
+the same ``workdir`` resumes from the last complete epoch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Union
+
+from ctr_volcano.errors import BadInput
+
+__all__ = ["TrainResult", "train_local", "DEFAULT_STALL_TIMEOUT_S"]
+
+#: A trainer printing nothing for this long is considered hung (a dead pserver hangs trainers).
+DEFAULT_STALL_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Outcome of a training run (shared by the local and Volcano backends).
+
+    Attributes:
+        model_dir: the exported model (``ctr_model.infer.load_model`` reads it).
+        metrics: the contents of ``metrics.json`` (per-epoch loss/AUC/examples per second, test metrics).
+        output_dir: the gang's shared output (checkpoints, model, metrics).
+        attempts: how many times the gang was started (1 = no restart).
+    """
+
+    model_dir: str
+    metrics: Dict[str, Any]
+    output_dir: str
+    attempts: int
+
+
+def _config_dict(config: Any) -> Dict[str, Any]:
+    from ctr_model.config import ConfigError, TrainConfig
+
+    if config is None:
+        return {}
+    try:
+        if isinstance(config, TrainConfig):
+            return config.to_dict()
+        if isinstance(config, Mapping):
+            TrainConfig.from_dict(config)            # validate now, at the boundary
+            return dict(config)
+    except ConfigError as exc:
+        raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
+    raise BadInput("config", config, "pass a TrainConfig, a dict of its fields, or None")
+
+
+def train_local(data_dir: str, model_dir: str,
+                config: Union["TrainConfig", Mapping[str, Any], None] = None,  # noqa: F821
+                *, pservers: int = 2, trainers: int = 2, max_retry: int = 2,
+                stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, workdir: Optional[str] = None,
+                log: Callable[[str], None] = print, job_id: str = "ctr-local") -> TrainResult:
+    """Train the CTR DNN with ``pservers`` x ``trainers`` local processes and export it.
+
+    Args:
+        data_dir: a prep output dir (with ``train/``, optionally ``test/``) or a split dir.
+        model_dir: where the exported model is copied (created; existing files are replaced).
+        config: training config (``TrainConfig`` or dict); ``hash_buckets`` follows the data if unset.
+        pservers: parameter-server processes.
+        trainers: trainer processes (each takes whole Parquet shards).
+        max_retry: whole-gang restarts after a failure (each resumes from the last checkpoint).
+        stall_timeout_s: a trainer silent for this long fails the attempt.
+        workdir: keeps logs and the shared output (checkpoints) there; a temp dir by default.
+        log: progress sink.
+        job_id: gang name used in logs and errors.
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        BadInput: bad data dir, config or gang size.
+        TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
+    """
+    from ctr_model.data import DataError, resolve_split
+    from ctr_volcano.local_gang import GangSpec, LocalGang
+
+    cfg = _config_dict(config)
+    data_dir = os.path.abspath(os.fspath(data_dir))
+    try:
+        split = resolve_split(data_dir, "train")
+    except DataError as exc:
+        raise BadInput("data_dir", data_dir, str(exc)) from None
+    if len(split.files) < trainers:
+        raise BadInput("trainers", trainers, f"{split.path} has only {len(split.files)} shard(s); use at "
+                                             f"most that many trainers or re-run prep with more shards")
+    if "hash_buckets" in cfg and split.hash_buckets and cfg["hash_buckets"] != split.hash_buckets:
+        raise BadInput("config.hash_buckets", cfg["hash_buckets"],
+                       f"the data was hashed into {split.hash_buckets} buckets; drop the field or use that")
+    workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")
+    output_dir = os.path.join(workdir, "output")
+    os.makedirs(output_dir, exist_ok=True)
+    spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
+                    output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
+                    max_retry=max_retry, stall_timeout_s=stall_timeout_s)
+    result = LocalGang(spec, log=log).run()
+    src = os.path.join(output_dir, "model")
+    model_dir = os.path.abspath(os.fspath(model_dir))
+    os.makedirs(model_dir, exist_ok=True)
+    for name in os.listdir(model_dir):
+        path = os.path.join(model_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    shutil.copytree(src, model_dir, dirs_exist_ok=True)
+    with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
+        metrics = json.load(fh)
+    metrics["attempts"] = result.attempts
+    metrics["wall_seconds"] = round(result.seconds, 2)
+    log(f"trained in {result.seconds:.1f}s ({result.attempts} attempt(s)); model in {model_dir}"
+        + (f"; test auc {metrics['test']['auc']:.4f}" if "test" in metrics else ""))
+    return TrainResult(model_dir=model_dir, metrics=metrics, output_dir=output_dir,
+                       attempts=result.attempts)
