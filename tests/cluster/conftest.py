@@ -38,16 +38,46 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.cluster)
 
 
+_BUILD: Dict[str, object] = {}
+
+
+def pytest_collection_finish(session):
+    """Build the binaries once, before the first test, when cluster tests are selected.
+
+    Done here rather than in a fixture so a cold build (tens of minutes) is not counted against
+    the per-test timeout, and its progress is printed live (output capture suspended).
+    """
+    here = Path(__file__).parent
+    if not any(Path(str(i.fspath)).is_relative_to(here) for i in session.items):
+        return
+    if shutil.which("go") is None:
+        _BUILD["skip"] = "the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries"
+        return
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    t0 = time.monotonic()
+    with capman.global_and_fixture_disabled():
+        print("\nminicluster: preparing the cluster tier's binaries (tools/minicluster/build.sh)",
+              file=sys.stderr, flush=True)
+        try:
+            _BUILD["bin"] = mc.build_binaries(stream=sys.stderr)
+        except mc.ClusterError as exc:
+            _BUILD["error"] = str(exc)
+        print(f"minicluster: binaries ready after {time.monotonic() - t0:.0f}s", file=sys.stderr,
+              flush=True)
+
+
 @pytest.fixture(scope="session")
 def minicluster_bin() -> Path:
-    """Directory of the pinned binaries, built on first use."""
-    if shutil.which("go") is None:
-        pytest.skip("the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries")
-    t0 = time.monotonic()
-    bin_dir = mc.build_binaries()
-    print(f"\nminicluster: binaries ready in {time.monotonic() - t0:.0f}s ({bin_dir})",
-          file=sys.stderr)
-    return bin_dir
+    """Directory of the pinned binaries (built in ``pytest_collection_finish``)."""
+    if "skip" in _BUILD:
+        pytest.skip(str(_BUILD["skip"]))
+    if "error" in _BUILD:
+        pytest.fail(f"building the mini cluster failed: {_BUILD['error']}")
+    if "bin" not in _BUILD:  # e.g. collected through another path: build now
+        if shutil.which("go") is None:
+            pytest.skip("the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries")
+        _BUILD["bin"] = mc.build_binaries()
+    return Path(str(_BUILD["bin"]))
 
 
 @pytest.fixture(scope="session")
@@ -87,6 +117,8 @@ class Sandbox:
     namespace: str
     pool: str
     nodes: List[str] = field(default_factory=list)
+    #: kubeconfig of the launcher's ServiceAccount, bound to the shipped Role only (not admin).
+    launcher_kubeconfig: str = ""
 
     @property
     def node_selector(self) -> Dict[str, str]:
@@ -104,6 +136,28 @@ class Sandbox:
         return self.cluster.api_client()
 
 
+def apply_launcher_rbac(cluster, namespace: str) -> Path:
+    """Apply the product's launcher RBAC (ServiceAccount, Role, RoleBinding) in ``namespace`` and
+    return a kubeconfig holding that ServiceAccount's token."""
+    from kubernetes import client
+
+    from ctr_volcano.volcano.rbac import DEFAULT_SERVICE_ACCOUNT, build_rbac
+
+    api = cluster.api_client()
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    for doc in build_rbac(namespace):
+        kind = doc["kind"]
+        if kind == "ServiceAccount":
+            core.create_namespaced_service_account(namespace, doc)
+        elif kind == "Role":
+            rbac.create_namespaced_role(namespace, doc)
+        elif kind == "RoleBinding":
+            rbac.create_namespaced_role_binding(namespace, doc)
+        else:  # pragma: no cover - build_rbac is namespaced by design
+            raise AssertionError(f"unexpected RBAC object {kind}")
+    return cluster.service_account_kubeconfig(namespace, DEFAULT_SERVICE_ACCOUNT)
+
+
 @pytest.fixture
 def sandbox(cluster, request) -> Sandbox:
     """A fresh namespace plus a private node pool; jobs, pods and nodes are removed afterwards."""
@@ -112,6 +166,7 @@ def sandbox(cluster, request) -> Sandbox:
     pool = f"t{os.getpid() % 1000}-{next(_counter)}"
     ns = cluster.create_namespace(f"ns-{pool}")
     box = Sandbox(cluster, ns, pool)
+    box.launcher_kubeconfig = str(apply_launcher_rbac(cluster, ns))
     yield box
     co = client.CustomObjectsApi(cluster.api_client())
     core = client.CoreV1Api(cluster.api_client())

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 
 __all__ = ["wait_for", "job_pods", "set_outcome", "get_job", "get_podgroups", "pod_phases",
-           "bound_pods", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
+           "bound_pods", "make_spec", "write_training_outputs", "LauncherThread", "job_phase", "running_pods", "finish_trainers", "GangMonitor", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
            "EXIT_CODE_ANNOTATION", "plain_job"]
 
 OUTCOME_LABEL = "kwok-test/outcome"
@@ -122,3 +122,145 @@ def plain_job(name: str, *, pservers: int, trainers: int, cpu: str = "1",
         spec["priorityClassName"] = priority_class
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": name}, "spec": spec}
+
+
+# ----------------------------------------------------------------------------- the product's launcher
+def make_spec(sandbox, name: str, output_dir: str, *, pservers: int = 2, trainers: int = 2,
+              cpu: str = "1", **overrides: Any):
+    """A :class:`TrainJobSpec` for this sandbox: pods pinned to its node pool, small requests."""
+    from ctr_volcano.volcano.spec import Resources, TrainJobSpec
+
+    res = Resources(cpu=cpu, memory="1Gi")
+    fields: Dict[str, Any] = dict(
+        name=name, namespace=sandbox.namespace, image="example.invalid/ctr-trainer:kwok",
+        data_dir="/mnt/ctr/data", output_dir=output_dir, pservers=pservers, trainers=trainers,
+        pserver_resources=res, trainer_resources=res, node_selector=sandbox.node_selector,
+        ttl_seconds_after_finished=None, schedule_timeout_s=300, max_retry=1,
+        train_config={"epochs": 1})
+    fields.update(overrides)
+    return TrainJobSpec(**fields)
+
+
+def write_training_outputs(output_dir: str, auc: float = 0.75) -> None:
+    """What trainer-0 writes at the end of a real run (kwok runs no process, so the test does)."""
+    import json
+    import os
+
+    os.makedirs(os.path.join(output_dir, "model"), exist_ok=True)
+    with open(os.path.join(output_dir, "model", "SIMULATED"), "w") as fh:
+        fh.write("kwok pods run no process; this stands for the exported model\n")
+    with open(os.path.join(output_dir, "metrics.json"), "w") as fh:
+        json.dump({"auc": auc, "simulated": True}, fh)
+
+
+class LauncherThread:
+    """Runs ``VolcanoLauncher(...).run()`` in a thread; keeps its log lines, result or error."""
+
+    def __init__(self, kubeconfig: str, spec, *, poll_s: float = 0.3, explain_every_s: float = 1.0,
+                 **kwargs: Any) -> None:
+        import threading
+
+        from ctr_volcano.volcano.client import KubeClient
+        from ctr_volcano.volcano.launcher import VolcanoLauncher
+
+        self.lines: List[str] = []
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self.client = KubeClient.from_kubeconfig(kubeconfig)
+        self.launcher = VolcanoLauncher(self.client, spec, log=self.lines.append, poll_s=poll_s,
+                                        explain_every_s=explain_every_s, handle_signals=False, **kwargs)
+        self.thread = threading.Thread(target=self._run, name=f"launcher-{spec.name}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.result = self.launcher.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            self.error = exc
+        finally:
+            self.client.close()
+
+    def start(self) -> "LauncherThread":
+        self.thread.start()
+        return self
+
+    def join(self, timeout: float = 120.0) -> "LauncherThread":
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.launcher.cancel()
+            self.thread.join(30)
+            pytest.fail(f"launcher {self.launcher.name} still running after {timeout:.0f}s; log:\n"
+                        + "\n".join(self.lines[-30:]))
+        return self
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+
+def job_phase(api, namespace: str, name: str) -> Optional[str]:
+    job = get_job(api, namespace, name)
+    if job is None:
+        return None
+    return ((job.get("status") or {}).get("state") or {}).get("phase") or "Pending"
+
+
+def running_pods(api, namespace: str, job: str) -> List[Any]:
+    return [p for p in job_pods(api, namespace, job)
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+
+
+def finish_trainers(api, namespace: str, job: str, output_dir: str) -> None:
+    """Simulate a successful training: trainer-0 writes the outputs, every trainer exits 0."""
+    write_training_outputs(output_dir)
+    for pod in running_pods(api, namespace, job):
+        if (pod.metadata.labels or {}).get("volcano.sh/task-spec") == "trainer":
+            set_outcome(api, namespace, pod.metadata.name, "succeed")
+
+
+class GangMonitor:
+    """Samples, every ``interval`` seconds, how many live pods of each job are bound to a node.
+
+    A gang is *partial* when it shows ``0 < bound < gang`` in two consecutive samples before it was
+    ever whole (the scheduler binds a gang's pods one API call after another within milliseconds,
+    so one sample can catch the middle of that burst; a real partial gang persists).
+    """
+
+    def __init__(self, api, namespace: str, jobs: List[str], gang: int, interval: float = 0.2):
+        import threading
+
+        self.api, self.namespace, self.jobs, self.gang = api, namespace, list(jobs), gang
+        self.interval = interval
+        self.samples: List[Dict[str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gang-monitor", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            pods = _core(self.api).list_namespaced_pod(self.namespace).items
+            counts = {j: 0 for j in self.jobs}
+            for p in pods:
+                job = (p.metadata.labels or {}).get("volcano.sh/job-name")
+                if (job in counts and p.spec.node_name and p.metadata.deletion_timestamp is None
+                        and p.status.phase not in ("Succeeded", "Failed")):
+                    counts[job] += 1
+            self.samples.append(counts)
+            self._stop.wait(self.interval)
+
+    def start(self) -> "GangMonitor":
+        self._thread.start()
+        return self
+
+    def stop(self) -> "GangMonitor":
+        self._stop.set()
+        self._thread.join(10)
+        return self
+
+    def partial_jobs(self) -> List[str]:
+        partial = []
+        for job in self.jobs:
+            seq = [s[job] for s in self.samples]
+            first_whole = next((i for i, n in enumerate(seq) if n >= self.gang), len(seq))
+            before = seq[:first_whole]
+            if any(0 < a < self.gang and 0 < b < self.gang for a, b in zip(before, before[1:])):
+                partial.append(job)
+        return partial

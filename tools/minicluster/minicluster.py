@@ -417,6 +417,8 @@ class MiniCluster:
             "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC",
             "--allow-privileged=true", "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false", "--profiling=false",
+            # Reach "kubelets" (kwok) only at their InternalIP (127.0.0.1): never resolve node names.
+            "--kubelet-preferred-address-types=InternalIP",
             f"--cert-dir={self.workdir / 'pki'}",
             "--disable-admission-plugins=" + ",".join(admission_off) if admission_off
             else "--enable-admission-plugins=ServiceAccount",
@@ -459,11 +461,27 @@ class MiniCluster:
         ])
 
     def _start_kwok(self) -> None:
+        """kwok manages every Node and serves the kubelet API (logs) on a loopback port.
+
+        Nodes advertise 127.0.0.1 and kwok's port, and kube-apiserver only dials InternalIP, so
+        ``pods/log`` requests stay on loopback; every container's log is one fixed line.
+        """
         home = self.workdir / "kwok-home"
         home.mkdir(exist_ok=True)
+        port = _free_port()
+        self.kwok_url = f"http://127.0.0.1:{port}"
+        log_file = self.workdir / "kwok-container.log"
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        log_file.write_text(f"{stamp} stdout F kwok: simulated container, no process runs here\n")
+        logs_conf = self.workdir / "kwok-logs.json"
+        logs_conf.write_text(json.dumps({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+            "metadata": {"name": "all-containers"},
+            "spec": {"selector": {}, "logs": [{"logsFile": str(log_file)}]}}))
         self._spawn("kwok", [
             "kwok", f"--kubeconfig={self.kubeconfig}", f"--config={HERE / 'kwok-stages.yaml'}",
-            "--manage-all-nodes=true", "--node-ip=10.1.0.1", "--cidr=10.2.0.0/16",
+            f"--config={logs_conf}", "--manage-all-nodes=true", "--node-ip=127.0.0.1",
+            f"--node-port={port}", f"--server-address=127.0.0.1:{port}", "--cidr=10.240.0.0/16",
             "--node-lease-duration-seconds=0",
         ], env={"HOME": str(home)})
 
@@ -592,22 +610,3 @@ class MiniCluster:
         return write_kubeconfig(path, self.server, self.pki["ca"], req.status.token,
                                 user=f"system:serviceaccount:{namespace}:{service_account}",
                                 namespace=namespace)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:  # pragma: no cover - manual use
-    """``python tools/minicluster/minicluster.py [NODES]``: build, start, wait for Ctrl-C."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    nodes = int(argv[0]) if argv else 3
-    cluster = MiniCluster(build_binaries(), keep_workdir=True)
-    try:
-        cluster.start()
-        cluster.add_nodes(nodes)
-        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    finally:
-        cluster.stop()
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,100 @@
+"""``ctr-volcano minicluster build|up``: the local Kubernetes + Volcano cluster of the test tier.
+
+Why a verb: trying the Volcano launcher by hand needs a cluster with a real Volcano scheduler; the
+one the cluster tests use (built from Go modules by ``tools/minicluster/build.sh``, run by
+``tools/minicluster/minicluster.py``) is one command away, with no container engine. It is a
+development tool: it needs a source checkout (``tools/`` is not installed with the package) and Go.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctr_volcano.errors import BadInput
+
+__all__ = ["register", "load_minicluster", "MINICLUSTER_PY"]
+
+MINICLUSTER_PY = Path(__file__).resolve().parents[2] / "tools" / "minicluster" / "minicluster.py"
+
+
+def load_minicluster() -> Any:
+    """Import ``tools/minicluster/minicluster.py`` from the source checkout."""
+    if not MINICLUSTER_PY.is_file():
+        raise BadInput("minicluster", str(MINICLUSTER_PY),
+                       "run from a source checkout of ctr-volcano (pip install -e .); tools/ is not "
+                       "part of the installed package")
+    spec = importlib.util.spec_from_file_location("minicluster", MINICLUSTER_PY)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules.setdefault("minicluster", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(args: argparse.Namespace) -> int:
+    mc = load_minicluster()
+    if args.print_dir:
+        print(mc.binaries_dir())
+        return 0
+    try:
+        print(mc.build_binaries())
+    except mc.ClusterError as exc:
+        raise BadInput("go build", "tools/minicluster/build.sh", str(exc)) from None
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    if args.nodes < 0:
+        raise BadInput("--nodes", args.nodes, "use 0 or more nodes")
+    mc = load_minicluster()
+    try:
+        bin_dir = mc.build_binaries()
+    except mc.ClusterError as exc:
+        raise BadInput("go build", "tools/minicluster/build.sh", str(exc)) from None
+    workdir = Path(args.workdir).resolve() if args.workdir else None
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    cluster = mc.MiniCluster(bin_dir, workdir, keep_workdir=True,
+                             schedule_period=args.schedule_period)
+    # Block the signals first so a Ctrl-C during start-up still reaches the cleanup below.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        cluster.start()
+        if args.nodes:
+            cluster.add_nodes(args.nodes, mc.NodeShape(cpu=args.cpu, memory=args.memory, pods=args.pods))
+        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+        print(f"# {args.nodes} kwok node(s) of cpu={args.cpu} memory={args.memory}; logs in "
+              f"{cluster.workdir / 'logs'}; Ctrl-C stops everything", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    except mc.ClusterError as exc:
+        raise BadInput("minicluster", str(cluster.workdir), str(exc)) from None
+    finally:
+        cluster.stop()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``minicluster build`` and ``minicluster up``."""
+    p = subparsers.add_parser(
+        "minicluster", help="build or run the local Kubernetes + Volcano + kwok cluster (dev/test)",
+        description="A throw-away cluster on 127.0.0.1 built from Go modules: etcd, kube-apiserver, "
+                    "kube-controller-manager, vc-scheduler, vc-controller-manager and kwok nodes.")
+    sub = p.add_subparsers(dest="minicluster_command", metavar="ACTION")
+    sub.required = True
+    b = sub.add_parser("build", help="build the pinned binaries into ~/.cache/ctr-volcano (once)")
+    b.add_argument("--print-dir", action="store_true", help="only print where the binaries go")
+    b.set_defaults(func=_build)
+    u = sub.add_parser("up", help="start the cluster and wait for Ctrl-C")
+    u.add_argument("--nodes", type=int, default=3, help="kwok nodes to create (default: %(default)s)")
+    u.add_argument("--cpu", default="4", help="allocatable cpu per node (default: %(default)s)")
+    u.add_argument("--memory", default="16Gi", help="allocatable memory per node (default: %(default)s)")
+    u.add_argument("--pods", type=int, default=110, help="pods per node (default: %(default)s)")
+    u.add_argument("--schedule-period", default="1s", help="vc-scheduler period (default: %(default)s)")
+    u.add_argument("--workdir", default=None, help="keep certificates, data and logs here "
+                                                   "(default: a new temp dir, kept)")
+    u.set_defaults(func=_up)
