@@ -77,10 +77,22 @@ class PodFailure:
                 "retry": self.retry}
 
 
+@dataclass(frozen=True)
+class _FallbackTrainResult:
+    """Same fields as ``ctr_volcano.training.TrainResult``; used only if that module is absent."""
+
+    model_dir: str
+    metrics: Dict[str, Any]
+    output_dir: str
+    attempts: int
+
+
 def result_class() -> Any:
     """``ctr_volcano.training.TrainResult`` (the local backend's result type), shared by both backends."""
-    from ctr_volcano.training import TrainResult
-
+    try:
+        from ctr_volcano.training import TrainResult
+    except ImportError:  # the local backend is not part of this build
+        return _FallbackTrainResult
     return TrainResult
 
 

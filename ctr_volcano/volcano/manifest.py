@@ -21,8 +21,10 @@ No I/O and no Kubernetes client here: the output is a plain dict, rendered to YA
 """
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ctr_model.contract import PSERVER, TRAINER, GangContract, role_env
 from ctr_volcano.errors import BadInput
@@ -32,7 +34,7 @@ from ctr_volcano.volcano.spec import Resources, TrainJobSpec
 __all__ = [
     "API_VERSION", "KIND", "GROUP", "VERSION", "PLURAL", "ENTRYPOINT", "LABEL_JOB", "LABEL_RUN",
     "LABEL_TASK", "ANNOTATION_RUN", "ANNOTATION_TASK", "KNOWN_PLUGINS",
-    "contract_for", "build_job", "validate_job", "to_yaml", "load_crd_schema", "validate_against_crd",
+    "contract_for", "build_job", "validate_job", "check_job", "to_yaml", "load_crd_schema", "validate_against_crd",
     "unknown_fields",
 ]
 
@@ -54,8 +56,6 @@ ANNOTATION_TASK = "ctr-volcano/kfp-task-name"
 #: Plugin names Volcano's job controller registers (the validating webhook rejects others).
 KNOWN_PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
 
-_TERMINAL_EVENTS = ("*", "PodPending", "PodRunning", "PodFailed", "PodEvicted", "Unknown",
-                    "TaskCompleted", "OutOfSync", "CommandIssued", "JobUpdated", "TaskFailed")
 _USER_EVENTS = ("*", "PodPending", "PodFailed", "PodEvicted", "Unknown", "TaskCompleted",
                 "TaskFailed", "JobUpdated")
 _ACTIONS = ("AbortJob", "RestartJob", "RestartTask", "RestartPod", "RestartPartition",
@@ -341,11 +341,20 @@ def to_yaml(objects: Any) -> str:
 
 
 def load_crd_schema(crd_path: str, version: str = VERSION) -> Dict[str, Any]:
-    """The ``openAPIV3Schema`` of ``version`` from a CustomResourceDefinition file."""
+    """The ``openAPIV3Schema`` of ``version`` from a CustomResourceDefinition file (cached per file)."""
+    import copy
+
+    stat = os.stat(crd_path)
+    return copy.deepcopy(_load_crd_schema(os.path.realpath(crd_path), stat.st_mtime_ns, version))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_crd_schema(crd_path: str, _mtime: int, version: str) -> Dict[str, Any]:
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the Job CRD is ~230 kB of YAML
     with open(crd_path, encoding="utf-8") as fh:
-        crd = yaml.safe_load(fh)
+        crd = yaml.load(fh, Loader=loader)
     for ver in crd["spec"]["versions"]:
         if ver["name"] == version:
             return ver["schema"]["openAPIV3Schema"]
@@ -382,15 +391,10 @@ def validate_against_crd(job: Mapping[str, Any], crd_path: str) -> List[str]:
     """Problems of ``job`` against the CRD's schema: JSON-schema errors plus unknown (pruned) fields."""
     import jsonschema
 
-    schema = load_crd_schema(crd_path)
+    schema = _load_crd_schema(os.path.realpath(crd_path), os.stat(crd_path).st_mtime_ns, VERSION)
     validator = jsonschema.Draft7Validator(schema)
     problems = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
                 for e in validator.iter_errors(json.loads(json.dumps(job)))]
     problems.extend(f"{p}: not in the CRD schema (the API server would drop it)"
                     for p in unknown_fields(job, schema))
     return problems
-
-
-def _iter_containers(job: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    for task in job["spec"]["tasks"]:
-        yield from task["template"]["spec"]["containers"]

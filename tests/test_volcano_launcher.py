@@ -1,0 +1,347 @@
+"""Every launcher path against an HTTP-level fake API server, through the real ``kubernetes`` client.
+
+Paths: create, re-attach (running and completed), re-create after an earlier failed attempt,
+pending -> explain -> timeout (job deleted), failure with the failed pods' log tails (kept although
+Volcano deleted the pods), cancel (method and a real SIGTERM to a launcher process), success with
+outputs, transient API errors (retried, bounded), RBAC refusal. Every request any test makes is
+checked against the Role of :mod:`ctr_volcano.volcano.rbac`.
+
+The real-cluster evidence is in the cluster tier (``tests/cluster``).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
+from ctr_volcano.volcano.client import KubeClient
+from ctr_volcano.volcano.launcher import JobCancelled, VolcanoLauncher
+from ctr_volcano.volcano.manifest import build_job
+from ctr_volcano.volcano.rbac import allows
+from ctr_volcano.volcano.spec import TrainJobSpec
+from tests.fake_k8s import FakeKube
+
+REPO = Path(__file__).resolve().parents[1]
+CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
+NS = "ml"
+JOB = "ctr-t"
+
+
+@pytest.fixture
+def fake():
+    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
+    server = FakeKube(crd_path=str(CRD)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+    refused = [v for v in server.verbs() if not allows(v[1], v[2], v[0])]
+    assert not refused, f"requests outside the launcher's Role: {refused}"
+
+
+@pytest.fixture
+def client(fake):
+    c = KubeClient(fake.api_client(), request_timeout_s=5)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def spec(tmp_path):
+    return TrainJobSpec(name=JOB, namespace=NS, image="img:1", data_dir=str(tmp_path / "data"),
+                        output_dir=str(tmp_path / "out"), pservers=1, trainers=2, max_retry=1,
+                        schedule_timeout_s=60, run_id="run-1", task_name="train")
+
+
+def launcher(client, spec, logs, **kw):
+    kw.setdefault("poll_s", 0.01)
+    kw.setdefault("explain_every_s", 0.05)
+    kw.setdefault("handle_signals", False)
+    return VolcanoLauncher(client, spec, log=logs.append, **kw)
+
+
+# ----------------------------------------------------------------------------- scenario steps
+def noop(_fake):
+    pass
+
+
+def running(fake, retry=0):
+    fake.put_podgroup(NS, JOB, "Running", [{"type": "Scheduled", "status": "True",
+                                            "reason": "tasks in gang are ready to be scheduled",
+                                            "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+    for task, i in (("pserver", 0), ("trainer", 0), ("trainer", 1)):
+        fake.put_pod(NS, JOB, task, i, "Running")
+    fake.log(NS, f"{JOB}-pserver-0", "pserver-0: serving on ctr-t-pserver-0.ctr-t:36001")
+    fake.log(NS, f"{JOB}-trainer-0", "trainer-0: epoch 1 step 10 loss 0.52")
+    fake.set_phase(NS, JOB, "Running", running=3, retryCount=retry)
+
+
+def more_logs(fake):
+    fake.log(NS, f"{JOB}-trainer-0", "trainer-0: epoch 2 step 20 loss 0.47")
+
+
+def complete(out_dir):
+    def step(fake):
+        (out_dir / "model").mkdir(parents=True, exist_ok=True)
+        (out_dir / "model" / "model_meta.json").write_text(json.dumps({"schema_version": 1}))
+        (out_dir / "metrics.json").write_text(json.dumps({"final_loss": 0.47, "rows": 1000}))
+        fake.log(NS, f"{JOB}-trainer-0", "trainer-0: exported model")
+        for i in (0, 1):
+            fake.finish_pod(NS, f"{JOB}-trainer-{i}", 0)
+        fake.set_phase(NS, JOB, "Completed", succeeded=2, running=0)
+    return step
+
+
+def trainer_fails(fake, retry):
+    fake.log(NS, f"{JOB}-trainer-1", "Traceback (most recent call last):",
+             '  File "ctr_model/train.py", line 1, in main', f"ValueError: boom on attempt {retry + 1}")
+    fake.finish_pod(NS, f"{JOB}-trainer-1", 3)
+    fake.set_phase(NS, JOB, "Running", running=2, failed=1, retryCount=retry)
+
+
+def volcano_restarts(fake, retry):
+    # RestartJob: Volcano kills every pod (and so their logs) and goes Restarting
+    for key in list(fake.pods):
+        fake.delete_pod(*key)
+    fake.set_phase(NS, JOB, "Restarting", retryCount=retry)
+
+
+# ----------------------------------------------------------------------------- paths
+def test_create_watch_stream_and_collect_outputs(fake, client, spec, tmp_path):
+    fake.script = [noop, lambda f: running(f), more_logs, noop, complete(tmp_path / "out")]
+    logs, ids = [], []
+    result = launcher(client, spec, logs, on_identity=ids.append).run()
+
+    assert result.metrics == {"final_loss": 0.47, "rows": 1000}
+    assert result.attempts == 1
+    assert Path(result.model_dir, "model_meta.json").is_file()
+    assert result.output_dir == str(tmp_path / "out")
+    # the identity went out once, right after creation, with the server-assigned uid
+    created = fake.job(NS, JOB)
+    assert ids == [{"backend": "volcano", "kind": "batch.volcano.sh/v1alpha1/Job", "name": JOB,
+                    "namespace": NS, "uid": created["metadata"]["uid"], "action": "created",
+                    "queue": "default"}]
+    assert fake.count("create", "jobs") == 1
+    assert created["spec"] == build_job(spec)["spec"]
+    # pod logs streamed with role prefixes, each line exactly once
+    text = "\n".join(logs)
+    for line in ("[trainer-0] trainer-0: epoch 1 step 10 loss 0.52", "[trainer-0] trainer-0: epoch 2 step 20 loss 0.47",
+                 "[trainer-0] trainer-0: exported model", "[pserver-0] pserver-0: serving on ctr-t-pserver-0.ctr-t:36001"):
+        assert logs.count(line) == 1, text
+    assert "Completed after 1 attempt(s)" in text
+    assert fake.count("delete", "jobs") == 0
+
+
+def test_reattach_to_running_job_of_same_run(fake, client, spec, tmp_path):
+    fake.put_job(copy.deepcopy(build_job(spec)), phase="Running")
+    fake.script = [lambda f: running(f), complete(tmp_path / "out")]
+    logs, ids = [], []
+    result = launcher(client, spec, logs, on_identity=ids.append).run()
+    assert fake.count("create", "jobs") == 0
+    assert ids[0]["action"] == "reattached"
+    assert result.metrics["rows"] == 1000
+
+
+def test_reattach_to_completed_job_collects_without_creating(fake, client, spec, tmp_path):
+    fake.put_job(copy.deepcopy(build_job(spec)), phase="Completed", retryCount=1)
+    running(fake, 1)
+    complete(tmp_path / "out")(fake)
+    result = launcher(client, spec, []).run()
+    assert fake.count("create", "jobs") == 0 and result.attempts == 2
+
+
+def test_failed_job_of_earlier_attempt_is_deleted_and_recreated(fake, client, spec, tmp_path):
+    old = fake.put_job(copy.deepcopy(build_job(spec)), phase="Failed")
+    fake.deletion_lingers = 3  # the API server keeps it (deletionTimestamp) for a few reads
+    fake.script = [noop, lambda f: running(f), complete(tmp_path / "out")]
+    logs, ids = [], []
+    launcher(client, spec, logs, on_identity=ids.append).run()
+    assert fake.count("delete", "jobs") == 1 and fake.count("create", "jobs") == 1
+    assert ids[0]["action"] == "recreated" and ids[0]["uid"] != old["metadata"]["uid"]
+
+
+def test_job_of_another_run_with_same_name_is_refused(fake, client, spec):
+    other = copy.deepcopy(build_job(spec))
+    other["metadata"]["annotations"]["ctr-volcano/kfp-run-id"] = "someone-else"
+    fake.put_job(other, phase="Running")
+    with pytest.raises(BadInput, match="belongs to KFP run 'someone-else'"):
+        launcher(client, spec, []).run()
+    assert fake.count("delete", "jobs") == 0
+
+
+def test_pending_gang_is_explained_then_times_out_and_is_deleted(fake, client, tmp_path, spec):
+    spec = TrainJobSpec(**{**spec.__dict__, "schedule_timeout_s": 1})
+    message = ("3/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable; "
+               "Pending: 3 Unschedulable. Origin reason is ctr-t-trainer-1: 0/2 nodes are available: "
+               "2 Insufficient cpu.")
+
+    def unschedulable(f):
+        pg = f.put_podgroup(NS, JOB, "Pending", [{"type": "Unschedulable", "status": "True",
+                                                  "reason": "NotEnoughResources", "message": message,
+                                                  "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        f.add_event(NS, "PodGroup", pg["metadata"]["name"], "Unschedulable", message)
+        f.add_event(NS, "Job", JOB, "PodGroupPending",
+                    f"PodGroup {NS}:{JOB} unschedulable, reason: {message}")
+
+    fake.script = [noop, unschedulable]
+    logs = []
+    started = time.monotonic()
+    with pytest.raises(TrainingJobFailed) as exc:
+        launcher(client, spec, logs, poll_s=0.05, explain_every_s=0.3).run()
+    err = exc.value
+    assert err.phase == "Unschedulable"
+    assert "Unschedulable (NotEnoughResources): 3/3 tasks in gang unschedulable" in err.reason
+    assert "Insufficient cpu" in err.reason and "PodGroupPending" in err.reason
+    assert 1.0 <= time.monotonic() - started < 10
+    assert fake.job(NS, JOB) is None and fake.count("delete", "jobs") == 1
+    explained = [l for l in logs if "Pending for" in l]
+    assert len(explained) >= 2, logs  # printed periodically while waiting
+    assert any("Insufficient cpu" in l for l in explained)
+
+
+def test_explain_without_podgroup_and_with_image_pull_errors(fake, client, spec):
+    fake.put_job(copy.deepcopy(build_job(spec)), phase="Pending")
+    lch = launcher(client, spec, [])
+    assert "no PodGroup yet (is vc-controller-manager running?)" in lch.explain(fake.job(NS, JOB), [])
+    fake.put_podgroup(NS, JOB, "Pending")
+    assert "has not admitted the gang" in lch.explain(fake.job(NS, JOB), [])
+    fake.put_podgroup(NS, JOB, "Inqueue")
+    pod = fake.put_pod(NS, JOB, "trainer", 0, "Pending", waiting="ImagePullBackOff")
+    fake.add_event(NS, "Pod", pod["metadata"]["name"], "Failed", "Failed to pull image img:1: not found")
+    text = lch.explain(fake.job(NS, JOB), client.list_pods(NS, f"volcano.sh/job-name={JOB}"))
+    assert "ImagePullBackOff" in text and "Failed to pull image img:1" in text
+
+
+def test_failure_keeps_failed_pods_reason_exit_code_and_log_tail(fake, client, spec):
+    fake.script = [
+        noop, lambda f: running(f, 0), lambda f: trainer_fails(f, 0), lambda f: volcano_restarts(f, 1),
+        lambda f: f.set_phase(NS, JOB, "Pending", retryCount=1), lambda f: running(f, 1),
+        lambda f: trainer_fails(f, 1),
+        lambda f: (volcano_restarts(f, 2), f.set_phase(NS, JOB, "Failed", reason="", message="",
+                                                        retryCount=2)),
+    ]
+    logs = []
+    with pytest.raises(TrainingJobFailed) as exc:
+        launcher(client, spec, logs, tail_lines=2).run()
+    err = exc.value
+    assert (err.job, err.phase, err.role, err.exit_code) == (JOB, "Failed", "trainer", 3)
+    assert "ValueError: boom on attempt 1" in err.log_tail and "Traceback" not in err.log_tail  # tail_lines=2
+    pods = err.details["failed_pods"]
+    assert [p["retry"] for p in pods] == [0, 1] and len({p["uid"] for p in pods}) == 2
+    assert "ValueError: boom on attempt 2" in pods[1]["log_tail"]
+    assert err.details["retry_count"] == 2
+    assert "pod ctr-t-trainer-1 Error" in str(err) and "exit code 3" in str(err)
+    # the pods were gone when the job failed: the tails come from the moment the launcher saw them
+    assert fake.pods == {}
+    assert any("attempt 2/2" in l for l in logs)
+    assert fake.count("delete", "jobs") == 0  # kept for inspection; ttlSecondsAfterFinished cleans up
+
+
+def test_cancel_deletes_job_and_raises(fake, client, spec):
+    fake.script = [lambda f: running(f)]
+    lch = launcher(client, spec, [], poll_s=0.02)
+    box = {}
+
+    def run():
+        try:
+            lch.run()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            box["exc"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    while fake.job_gets < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lch.cancel()
+    t.join(10)
+    assert not t.is_alive()
+    assert isinstance(box.get("exc"), JobCancelled) and box["exc"].phase == "Cancelled"
+    assert fake.job(NS, JOB) is None and fake.count("delete", "jobs") == 1
+
+
+def test_sigterm_to_launcher_process_deletes_job_and_exits_nonzero(fake, tmp_path):
+    kubeconfig = fake.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    script = tmp_path / "launch.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        from ctr_volcano.volcano.client import KubeClient
+        from ctr_volcano.volcano.launcher import VolcanoLauncher
+        from ctr_volcano.volcano.spec import TrainJobSpec
+        spec = TrainJobSpec(name={JOB!r}, namespace={NS!r}, image="img:1", data_dir="/d", output_dir="/o")
+        client = KubeClient.from_kubeconfig({kubeconfig!r})
+        def ready(identity):
+            print("IDENTITY", identity["uid"], flush=True)
+        VolcanoLauncher(client, spec, poll_s=0.05, on_identity=ready).run()
+    """))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=str(REPO))
+    try:
+        seen = []
+        for line in proc.stdout:  # the launcher's own progress lines come first
+            seen.append(line)
+            if line.startswith("IDENTITY"):
+                break
+        assert seen and seen[-1].startswith("IDENTITY"), (seen, proc.stderr.read() if proc.poll() is not None else "")
+        assert fake.job(NS, JOB) is not None
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "JobCancelled" in err and "SIGTERM" in err
+    assert fake.job(NS, JOB) is None and fake.count("delete", "jobs") == 1
+
+
+def test_transient_api_errors_are_retried(fake, client, spec, tmp_path):
+    fake.fail_next = [("get jobs", 503), ("get jobs", 500), ("list pods", 429), ("create jobs", 504)]
+    fake.script = [lambda f: running(f), complete(tmp_path / "out")]
+    logs = []
+    result = launcher(client, spec, logs).run()
+    assert result.metrics["rows"] == 1000
+    assert sum("API error, retrying" in l for l in logs) == 4
+    assert fake.count("create", "jobs") == 2  # the 504 attempt and the retry
+
+
+def test_transient_errors_are_bounded(fake, client, spec):
+    fake.fail_next = [("get jobs", 503)] * 3
+    with pytest.raises(TransientError, match="gave up after 3 attempts"):
+        launcher(client, spec, [], max_api_retries=2).run()
+
+
+def test_forbidden_names_rbac_fix(fake, client, spec):
+    fake.forbid = "create jobs"
+    with pytest.raises(BadInput) as exc:
+        launcher(client, spec, []).run()
+    assert exc.value.field == "rbac" and "ctr-volcano rbac" in str(exc.value)
+
+
+def test_job_deleted_by_someone_else_fails_clearly(fake, client, spec):
+    fake.script = [lambda f: running(f), lambda f: f._cascade(NS, JOB)]
+    with pytest.raises(TrainingJobFailed) as exc:
+        launcher(client, spec, []).run()
+    assert exc.value.phase == "Deleted"
+
+
+def test_client_from_kubeconfig_talks_to_the_server(fake, tmp_path):
+    c = KubeClient.from_kubeconfig(fake.write_kubeconfig(str(tmp_path / "kc"), context="fake"), context="fake")
+    try:
+        assert c.get_job(NS, "nope") is None
+        assert c.list_pods(NS, "volcano.sh/job-name=nope") == []
+    finally:
+        c.close()
+    with pytest.raises(BadInput, match="kubeconfig"):
+        KubeClient.from_kubeconfig(str(tmp_path / "missing"))
