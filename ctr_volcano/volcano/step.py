@@ -156,6 +156,25 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         run_id=params.run_id, task_name=params.task_name)
 
 
+def _check_before_submit(data_path: str, params: StepParams) -> None:
+    """The local backend's boundary checks, done before a gang is scheduled (fail in seconds, not minutes)."""
+    from ctr_model.config import ConfigError, TrainConfig
+    from ctr_model.data import DataError, resolve_split
+    from ctr_model.features import SchemaMismatch
+
+    try:
+        TrainConfig.from_dict(train_config_of(params))
+    except ConfigError as exc:
+        raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
+    try:
+        split = resolve_split(data_path, "train")
+    except (DataError, SchemaMismatch) as exc:
+        raise BadInput("train_data", data_path, str(exc)) from None
+    if split is not None and len(split.files) < params.trainers:
+        raise BadInput("trainers", params.trainers, f"{split.path} has only {len(split.files)} shard(s); use "
+                                                    "at most that many trainers or re-run prep with more shards")
+
+
 def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
                       on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
                       log: Callable[[str], None] = print, client: Any = None) -> Any:
@@ -185,6 +204,7 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
     from ctr_volcano.volcano.handoff import copy_model_out, prepare_run_dir
     from ctr_volcano.volcano.launcher import VolcanoLauncher
 
+    _check_before_submit(data_path, params)
     name = _job_name(params)
     dirs = prepare_run_dir(params.pvc_mount_path, name, data_path)
     log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'})")

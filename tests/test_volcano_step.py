@@ -1,0 +1,198 @@
+"""The training step's Volcano path end to end (fake API server, real files), RBAC and deploy files.
+
+The "cluster" here is the HTTP-level fake from ``tests/fake_k8s.py``; its script plays the gang: it
+reads the data directory and output directory from the submitted Job's pod env (as the pods would),
+checks the data arrived on the "PVC" (a temp dir), and writes the model and metrics there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ctr_volcano.errors import BadInput
+from ctr_volcano.volcano import cli_train
+from ctr_volcano.volcano.client import KubeClient
+from ctr_volcano.volcano.handoff import build_pvc, copy_model_out, prepare_run_dir
+from ctr_volcano.volcano.rbac import RULES, build_rbac
+from ctr_volcano.volcano.step import StepParams, run_training_step
+from tests.fake_k8s import FakeKube
+
+REPO = Path(__file__).resolve().parents[1]
+CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
+NS = "ml"
+
+
+@pytest.fixture
+def fake():
+    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
+    server = FakeKube(crd_path=str(CRD)).start()
+    yield server
+    server.stop()
+
+
+def pod_env(job, task="trainer"):
+    spec = next(t for t in job["spec"]["tasks"] if t["name"] == task)
+    return {e["name"]: e.get("value") for e in spec["template"]["spec"]["containers"][0]["env"]}
+
+
+def play_gang(seen):
+    """Script steps: Pending, Running, then the trainers 'train' and the job completes."""
+    def train(fake):
+        (ns, name), job = next(iter(fake.jobs.items()))
+        env = pod_env(job)
+        data = Path(env["CTR_DATA_DIR"])
+        seen["data_files"] = sorted(p.name for p in data.iterdir())
+        seen["config"] = json.loads(env["CTR_TRAIN_CONFIG"])
+        out = Path(env["CTR_OUTPUT_DIR"])
+        (out / "model").mkdir(parents=True)
+        (out / "model" / "model_meta.json").write_text('{"schema_version": 1}')
+        (out / "metrics.json").write_text(json.dumps({"final_loss": 0.4, "rows": 12, "note": "x"}))
+        fake.set_phase(ns, name, "Completed", succeeded=2)
+
+    def run(fake):
+        (ns, name), _ = next(iter(fake.jobs.items()))
+        fake.set_phase(ns, name, "Running", running=4)
+
+    return [lambda f: None, run, train]
+
+
+@pytest.fixture
+def prep(tmp_path):
+    # the layout of a `ctr-volcano prep` output (shard contents are not read on this path)
+    from ctr_model.features import write_split_schema
+
+    d = tmp_path / "kfp-inputs" / "prep"
+    (d / "train").mkdir(parents=True)
+    for i in (0, 1):
+        (d / "train" / f"part-{i:05d}.parquet").write_bytes(b"PAR1")
+    write_split_schema(str(d / "train"), hash_buckets=1000, rows=12)
+    return d
+
+
+def test_volcano_step_hands_data_in_and_model_out_through_the_pvc(fake, tmp_path, prep):
+    pvc = tmp_path / "pvc"
+    pvc.mkdir()
+    seen, ids = {}, []
+    fake.script = play_gang(seen)
+    params = StepParams(backend="volcano", pservers=2, trainers=2, epochs=3, batch_size=64,
+                        learning_rate=0.01, namespace=NS, image="img:1", pvc_name="claim",
+                        pvc_mount_path=str(pvc), run_id="run-7", task_name="train-ctr", poll_s=0.01)
+    client = KubeClient(fake.api_client())
+    try:
+        result = run_training_step(str(prep), str(tmp_path / "kfp-out" / "model"), params,
+                                   on_identity=ids.append, log=lambda _m: None, client=client)
+    finally:
+        client.close()
+    assert seen["data_files"] == [".ctr-copy-complete", "train"]
+    assert seen["config"] == {"epochs": 3, "batch_size": 64, "learning_rate": 0.01}
+    assert result.model_dir == str(tmp_path / "kfp-out" / "model")
+    assert (tmp_path / "kfp-out" / "model" / "model_meta.json").is_file()
+    assert result.metrics["rows"] == 12 and result.attempts == 1
+    assert ids[0]["action"] == "created" and ids[0]["namespace"] == NS
+    job = next(iter(fake.jobs.values()))
+    vol = job["spec"]["tasks"][0]["template"]["spec"]["volumes"][0]
+    assert vol["persistentVolumeClaim"]["claimName"] == "claim"
+    assert pod_env(job)["CTR_OUTPUT_DIR"].startswith(str(pvc) + "/ctr-runs/")
+
+
+def test_cli_train_volcano_uses_the_same_step(fake, tmp_path, prep, capsys):
+    pvc = tmp_path / "pvc"
+    pvc.mkdir()
+    fake.script = play_gang({})
+    parser = argparse.ArgumentParser()
+    from ctr_volcano.volcano import add_train_arguments
+    add_train_arguments(parser)
+    args = parser.parse_args(["--namespace", NS, "--image", "img:1", "--pvc-name", "claim",
+                              "--pvc-mount-path", str(pvc), "--run-id", "cli-1", "--poll", "0.01",
+                              "--kubeconfig", fake.write_kubeconfig(str(tmp_path / "kc"))])
+    for key, value in dict(data=str(prep), model_out=str(tmp_path / "model"), pservers=1, trainers=1,
+                           epochs=1, batch_size=32, lr=0.001, max_retry=0).items():
+        setattr(args, key, value)
+    assert cli_train(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["metrics"]["final_loss"] == 0.4 and Path(out["model_dir"], "model_meta.json").is_file()
+    assert next(iter(fake.jobs.values()))["spec"]["maxRetry"] == 1
+
+
+def test_volcano_step_checks_data_and_config_before_submitting(fake, tmp_path, prep):
+    (tmp_path / "pvc").mkdir()
+    base = dict(backend="volcano", namespace=NS, image="img:1", pvc_name="claim",
+                pvc_mount_path=str(tmp_path / "pvc"), run_id="r", poll_s=0.01)
+    client = KubeClient(fake.api_client())
+    try:
+        with pytest.raises(BadInput, match="only 2 shard"):
+            run_training_step(str(prep), str(tmp_path / "m"), StepParams(trainers=3, **base), client=client)
+        with pytest.raises(BadInput, match="train_data"):
+            run_training_step(str(tmp_path), str(tmp_path / "m"), StepParams(**base), client=client)
+    finally:
+        client.close()
+    assert fake.requests == []  # nothing was submitted
+
+
+def test_step_params_sentinels_and_errors():
+    p = StepParams.from_component(backend="volcano", namespace="", image="", priority_class="",
+                                  pvc_name="claim", run_id="", ttl_seconds_after_finished=-1, queue="")
+    assert (p.namespace, p.image, p.priority_class, p.run_id, p.ttl_seconds_after_finished, p.queue) == \
+        (None, None, None, None, None, "default")
+    with pytest.raises(BadInput, match="pvc_name"):
+        StepParams(backend="volcano")
+    with pytest.raises(BadInput, match="backend"):
+        StepParams(backend="slurm")
+    with pytest.raises(BadInput, match="learning_rate"):
+        StepParams(learning_rate=0)
+
+
+def test_handoff_copies_once_reuses_and_links_data_already_on_the_claim(tmp_path, prep):
+    pvc = tmp_path / "pvc"
+    pvc.mkdir()
+    first = prepare_run_dir(str(pvc), "ctr-a", str(prep))
+    assert first.copied and Path(first.data_dir, "train", "part-00000.parquet").read_bytes() == b"PAR1"
+    assert oct(os.stat(first.output_dir).st_mode & 0o777) == "0o777"
+    again = prepare_run_dir(str(pvc), "ctr-a", str(prep))  # a retried step: no second copy
+    assert not again.copied and again.data_dir == first.data_dir
+    on_claim = prepare_run_dir(str(pvc), "ctr-b", first.data_dir)  # prep wrote to the claim itself
+    assert not on_claim.copied and on_claim.data_dir == os.path.realpath(first.data_dir)
+    with pytest.raises(BadInput, match="mount the shared ReadWriteMany PVC"):
+        prepare_run_dir(str(tmp_path / "not-mounted"), "ctr-c", str(prep))
+    with pytest.raises(BadInput, match="no model/"):
+        copy_model_out(first.output_dir, str(tmp_path / "m"))
+
+
+def _docs(path):
+    with open(path, encoding="utf-8") as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+
+
+def test_deploy_rbac_yaml_is_generated_from_the_builder():
+    expected = build_rbac("kubeflow", "pipeline-runner", create_service_account=False)
+    assert _docs(REPO / "deploy" / "rbac.yaml") == expected, (
+        "deploy/rbac.yaml is stale; regenerate it with: ctr-volcano rbac --namespace kubeflow "
+        "--service-account pipeline-runner --existing-service-account (keep the comment header)")
+
+
+def test_deploy_pvc_example_is_generated_from_the_builder():
+    assert _docs(REPO / "deploy" / "pvc-example.yaml") == [build_pvc("ctr-data", "kubeflow", "20Gi")], (
+        "deploy/pvc-example.yaml is stale; regenerate from ctr_volcano.volcano.handoff.build_pvc")
+
+
+def test_rbac_is_namespaced_and_exactly_the_launcher_verbs():
+    docs = build_rbac("ml", "runner")
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
+    assert all(d["metadata"]["namespace"] == "ml" for d in docs)
+    rules = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in docs[1]["rules"]}
+    assert rules == {
+        ("batch.volcano.sh", "jobs"): {"create", "get", "list", "watch", "delete"},
+        ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
+        ("", "pods"): {"get", "list", "watch"},
+        ("", "pods/log"): {"get"},
+        ("", "events"): {"list", "watch"},
+    }
+    assert len(RULES) == 5
+    assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "runner", "namespace": "ml"}]
+    with pytest.raises(BadInput, match="namespace"):
+        build_rbac("Bad NS")
