@@ -48,6 +48,7 @@ def train_ctr(
     memory: str = "2Gi",
     gpus: int = 0,
     ttl_seconds_after_finished: int = 3600,
+    poll_interval_s: float = 10.0,
 ):
     """Train the CTR model with a PaddlePaddle parameter-server gang.
 
@@ -79,6 +80,7 @@ def train_ctr(
         gpus: Volcano only: GPUs per trainer pod.
         ttl_seconds_after_finished: Volcano only: Volcano deletes the finished Job after this long;
             -1 keeps it.
+        poll_interval_s: Volcano only: seconds between status polls (and log reads) of the Job.
     """
     import json
     import os
@@ -91,7 +93,8 @@ def train_ctr(
         namespace=namespace, image=image, queue=queue, priority_class=priority_class,
         pvc_name=pvc_name, pvc_mount_path=pvc_mount_path, schedule_timeout_s=schedule_timeout_s,
         run_id=run_id, task_name=task_name, service_account=service_account, cpu=cpu,
-        memory=memory, gpus=gpus, ttl_seconds_after_finished=ttl_seconds_after_finished)
+        memory=memory, gpus=gpus, ttl_seconds_after_finished=ttl_seconds_after_finished,
+        poll_s=poll_interval_s)
 
     def record_identity(identity: dict) -> None:
         with open(job_info.path, "w", encoding="utf-8") as fh:

@@ -69,6 +69,15 @@ def cli_train(args: Any) -> int:
         return getattr(args, name, default)
 
     ttl = opt("ttl", 3600)
+    config = {}
+    if opt("config"):
+        from ctr_volcano.errors import BadInput
+
+        try:
+            with open(args.config, encoding="utf-8") as fh:
+                config = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise BadInput("--config", args.config, f"cannot read a JSON object ({exc})") from None
     params = StepParams(
         backend="volcano", pservers=args.pservers, trainers=args.trainers, epochs=args.epochs,
         batch_size=args.batch_size, learning_rate=args.lr, max_retry=args.max_retry,
@@ -79,7 +88,7 @@ def cli_train(args: Any) -> int:
         service_account=opt("service_account"), cpu=opt("cpu", "1"), memory=opt("memory", "2Gi"),
         gpus=opt("gpus", 0), ttl_seconds_after_finished=None if ttl is not None and ttl < 0 else ttl,
         kubeconfig=opt("kubeconfig"), context=opt("context"), poll_s=opt("poll", 5.0),
-        explain_every_s=opt("explain_every", 30.0))
+        explain_every_s=opt("explain_every", 30.0), config=config)
     result = run_training_step(args.data, args.model_out, params)
     print(json.dumps({"model_dir": result.model_dir, "output_dir": result.output_dir,
                       "attempts": result.attempts, "metrics": result.metrics}, default=str, sort_keys=True))

@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from ctr_volcano.errors import BadInput
 
@@ -55,6 +55,8 @@ class StepParams:
         context: Volcano: kubeconfig context.
         poll_s: Volcano: seconds between status polls.
         explain_every_s: Volcano: seconds between "why Pending" reports.
+        config: other ``ctr_model`` TrainConfig fields (a mapping; stored as sorted pairs);
+            ``epochs``, ``batch_size`` and ``learning_rate`` above win.
     """
 
     backend: str = "local"
@@ -83,8 +85,11 @@ class StepParams:
     context: Optional[str] = None
     poll_s: float = 5.0
     explain_every_s: float = 30.0
+    config: Any = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.config, Mapping):
+            object.__setattr__(self, "config", tuple(sorted(self.config.items())))
         if self.backend not in BACKENDS:
             raise BadInput("backend", self.backend, f"use one of {', '.join(BACKENDS)}")
         for name in ("pservers", "trainers", "epochs", "batch_size"):
@@ -119,8 +124,9 @@ class StepParams:
 
 def train_config_of(params: StepParams) -> Dict[str, Any]:
     """The training config handed to ``ctr_model`` (JSON in ``CTR_TRAIN_CONFIG``)."""
-    return {"epochs": params.epochs, "batch_size": params.batch_size,
-            "learning_rate": float(params.learning_rate)}
+    cfg = dict(params.config)
+    cfg.update(epochs=params.epochs, batch_size=params.batch_size, learning_rate=float(params.learning_rate))
+    return cfg
 
 
 def _job_name(params: StepParams) -> str:
