@@ -1,0 +1,171 @@
+"""Supervision semantics of the local gang with real (lightweight, non-Paddle) processes.
+
+The role command is a tiny Python script that parses the same contract as the real entrypoint and
+then misbehaves on demand, so these tests exercise the supervisor's logic quickly; the real Paddle
+gang is covered in ``test_train_local.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from ctr_model.synthetic import write_planted_prep
+from ctr_volcano.errors import BadInput, TrainingJobFailed
+from ctr_volcano.local_gang import GangSpec, LocalGang
+
+FAKE_ROLE = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    from ctr_model.contract import parse_role_env, paddle_env
+    spec = parse_role_env()
+    env = paddle_env(spec)
+    print(spec.name, env["PADDLE_PSERVERS_IP_PORT_LIST"], env["POD_IP"], env["PADDLE_PORT"], flush=True)
+    plan = json.loads(os.environ.get("FAKE_PLAN", "{}")).get(spec.name, "")
+    if plan.startswith("exit:"):
+        sys.exit(int(plan[5:]))
+    if plan.startswith("fail_once:"):
+        flag = plan[len("fail_once:"):]
+        if not os.path.exists(flag):
+            open(flag, "w").close()
+            sys.exit(4)
+    if spec.role == "pserver":
+        if plan == "exit0":
+            sys.exit(0)
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])   # a grandchild
+        while True:
+            time.sleep(1)
+    if plan == "silent":
+        time.sleep(600)
+    for i in range(3):
+        print("step", i, flush=True)
+        time.sleep(0.3)
+""")
+
+
+def job_processes(job_id: str):
+    needle = f"CTR_JOB_ID={job_id}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != b"Z":
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    write_planted_prep(str(d), train_rows=40, test_rows=10, shards=2)
+    return str(d)
+
+
+@pytest.fixture
+def job_id():
+    jid = f"gangtest-{uuid.uuid4().hex[:8]}"
+    yield jid
+    deadline = time.time() + 5
+    while job_processes(jid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert job_processes(jid) == [], "processes of the gang were left behind"
+
+
+def make_spec(job_id, tiny_data, tmp_path, plan=None, **kw):
+    return GangSpec(job_id=job_id, pservers=2, trainers=2, data_dir=tiny_data,
+                    output_dir=str(tmp_path / "out"), workdir=str(tmp_path / "work"),
+                    command=(sys.executable, "-c", FAKE_ROLE), finish_timeout_s=1.0,
+                    extra_env={"FAKE_PLAN": json.dumps(plan or {})}, **kw)
+
+
+def test_success_sees_volcano_contract_and_stops_pservers(job_id, tiny_data, tmp_path):
+    logs = []
+    result = LocalGang(make_spec(job_id, tiny_data, tmp_path), log=logs.append).run()
+    assert result.attempts == 1
+    first = open(result.logs["pserver-1"]).readline().split()
+    ps_list = first[1].split(",")
+    assert first[0] == "pserver-1" and f"{first[2]}:{first[3]}" == ps_list[1]
+    assert len(set(ps_list)) == 2
+    host_file = tmp_path / "work" / "attempt-1" / "volcano" / "trainer.host"
+    assert host_file.read_text() == "127.0.0.1\n127.0.0.1\n"
+
+
+def test_failing_trainer_restarts_gang_then_fails_with_role_code_and_tail(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-1": "exit:3"}, max_retry=1)
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=lambda m: None).run()
+    exc = err.value
+    assert (exc.role, exc.exit_code, exc.details["attempts"]) == ("trainer-1", 3, 2)
+    assert "trainer-1" in exc.log_tail and "gave up after 2 attempt(s)" in str(exc)
+
+
+def test_transient_failure_is_retried_to_success(job_id, tiny_data, tmp_path):
+    plan = {"trainer-0": f"fail_once:{tmp_path / 'flag'}"}
+    result = LocalGang(make_spec(job_id, tiny_data, tmp_path, plan, max_retry=2), log=lambda m: None).run()
+    assert result.attempts == 2
+
+
+def test_pserver_exiting_zero_early_is_a_failure(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"pserver-0": "exit0", "trainer-0": "silent",
+                                                    "trainer-1": "silent"}, max_retry=0)
+    with pytest.raises(TrainingJobFailed, match="pserver-0 exited with code 0 before the trainers"):
+        LocalGang(spec, log=lambda m: None).run()
+
+
+def test_watchdog_names_the_stalled_trainer(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-1": "silent"}, max_retry=0,
+                     stall_timeout_s=2.0)
+    t0 = time.time()
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=lambda m: None).run()
+    assert err.value.phase == "Stalled" and err.value.role == "trainer-1"
+    assert time.time() - t0 < 20
+
+
+def test_sigterm_reaps_every_child(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-0": "silent", "trainer-1": "silent"},
+                     max_retry=0, stall_timeout_s=600)
+    driver = textwrap.dedent(f"""
+        import json, sys
+        from ctr_volcano.local_gang import GangSpec, LocalGang
+        spec = GangSpec(**json.loads(sys.argv[1]))
+        try:
+            LocalGang(spec, log=print).run()
+        except KeyboardInterrupt as exc:
+            print("interrupted:", exc, flush=True)
+            sys.exit(130)
+    """)
+    args = {k: (list(v) if isinstance(v, tuple) else dict(v) if k in ("extra_env", "train_config") else v)
+            for k, v in spec.__dict__.items()}
+    proc = subprocess.Popen([sys.executable, "-c", driver, json.dumps(args)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.time() + 30
+        while len(job_processes(job_id)) < 6 and time.time() < deadline:   # 4 roles + 2 grandchildren
+            time.sleep(0.2)
+        assert len(job_processes(job_id)) >= 6
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in out
+    assert job_processes(job_id) == []
+
+
+def test_gang_spec_validation(tmp_path):
+    with pytest.raises(BadInput, match="pservers"):
+        GangSpec(job_id="x", pservers=0, trainers=1, data_dir="d", output_dir="o", workdir="w")

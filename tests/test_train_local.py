@@ -1,0 +1,177 @@
+"""Real Paddle parameter-server gangs on the local backend (tiny planted data, small model).
+
+These start real pservers and trainers through the production entrypoint, in this environment,
+where kfp (and so proto-plus, which shadows Paddle's ``proto`` package) is installed too.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from ctr_model.checkpoint import COMPLETE_MARKER, epoch_dir
+from ctr_model.contract import GangContract, role_env, volcano_plugin_env
+from ctr_model.infer import auc, load_model
+from ctr_model.synthetic import write_planted_prep
+from ctr_volcano.errors import TrainingJobFailed
+from ctr_volcano.training import train_local
+
+SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
+         "progress_secs": 2.0, "sparse_shards": 4}
+
+
+def job_processes(job_id: str, extra: bytes = b""):
+    needle = f"CTR_JOB_ID={job_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != b"Z" and (not extra or all(e in env for e in extra.split(b";"))):
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("planted")
+    oracle = write_planted_prep(str(d), train_rows=16_000, test_rows=4_000, shards=4, seed=11)
+    return str(d), oracle["oracle_test_auc"]
+
+
+@pytest.fixture
+def job_id():
+    jid = f"trtest-{uuid.uuid4().hex[:8]}"
+    yield jid
+    deadline = time.time() + 10
+    while job_processes(jid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert job_processes(jid) == [], "processes of the gang were left behind"
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
+def _kill_when_checkpointed(output_dir: str, job_id: str, role: str, index: int, box: dict):
+    marker = os.path.join(epoch_dir(output_dir, 1), COMPLETE_MARKER)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if os.path.exists(marker):
+            pids = job_processes(job_id, f"CTR_ROLE={role};VC_TASK_INDEX={index}".encode())
+            # the role process itself (its helpers, e.g. gloo's manager, are its children)
+            pids = [p for p in pids if open(f"/proc/{p}/cmdline", "rb").read().find(b"ctr_model.train") >= 0]
+            roots = [p for p in pids if _ppid(p) not in pids]
+            if roots:
+                os.kill(roots[0], signal.SIGKILL)
+                box["killed_at"] = time.time()
+                return
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_two_by_two_learns_on_planted_data(planted, job_id, tmp_path):
+    data, oracle = planted
+    assert importlib.util.find_spec("kfp") is not None   # proto-plus shadowing is in play
+    result = train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 2}, pservers=2, trainers=2,
+                         max_retry=0, workdir=str(tmp_path / "w"), job_id=job_id, log=lambda m: None)
+    assert result.attempts == 1
+    m = result.metrics
+    assert [e["epoch"] for e in m["epochs"]] == [1, 2]
+    assert m["epochs"][0]["examples"] == 16_000                 # every row, no overlap, no loss
+    assert m["epochs"][1]["examples_per_sec"] > 0
+    scorer = load_model(result.model_dir)
+    ys, ps = zip(*scorer.predict_files(sorted(
+        os.path.join(data, "test", f) for f in os.listdir(os.path.join(data, "test"))
+        if f.endswith(".parquet")), batch_size=1000))
+    test_auc = auc(np.concatenate(ys), np.concatenate(ps))
+    assert test_auc == pytest.approx(m["test"]["auc"], abs=1e-9)
+    assert test_auc > 0.7, f"did not learn: test AUC {test_auc:.3f} (oracle {oracle:.3f})"
+    meta = scorer.meta
+    assert meta["hash_buckets"] == 100_003 and meta["config"]["fc_sizes"] == [32, 16]
+
+
+@pytest.mark.slow
+def test_killed_trainer_resumes_from_checkpoint(planted, job_id, tmp_path):
+    data, _ = planted
+    workdir = str(tmp_path / "w")
+    box: dict = {}
+    killer = threading.Thread(target=_kill_when_checkpointed,
+                              args=(os.path.join(workdir, "output"), job_id, "trainer", 1, box))
+    killer.start()
+    result = train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 3}, max_retry=1,
+                         workdir=workdir, job_id=job_id, log=lambda m: None)
+    killer.join()
+    assert "killed_at" in box
+    assert result.attempts == 2
+    assert result.metrics["resumed_from_epoch"] >= 1
+    assert [e["epoch"] for e in result.metrics["epochs"]] == [1, 2, 3]
+    assert result.metrics["test"]["auc"] > 0.6
+
+
+@pytest.mark.slow
+def test_killed_pserver_fails_clearly_and_fast(planted, job_id, tmp_path):
+    data, _ = planted
+    workdir = str(tmp_path / "w")
+    box: dict = {}
+    killer = threading.Thread(target=_kill_when_checkpointed,
+                              args=(os.path.join(workdir, "output"), job_id, "pserver", 1, box))
+    killer.start()
+    with pytest.raises(TrainingJobFailed) as err:
+        train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 3}, max_retry=0,
+                    stall_timeout_s=60, workdir=workdir, job_id=job_id, log=lambda m: None)
+    killer.join()
+    assert "killed_at" in box
+    assert time.time() - box["killed_at"] < 30
+    assert err.value.role == "pserver-1" and err.value.exit_code == -signal.SIGKILL
+
+
+def _pod_env(tmp_path, role, index, ps_port, data_dir="/nonexistent"):
+    contract = GangContract(job_id=f"pod-{uuid.uuid4().hex[:6]}", pservers=1, trainers=1,
+                            data_dir=data_dir, output_dir=str(tmp_path / "out"), ps_port=ps_port,
+                            ps_port_stride=1, gloo_port=ps_port + 1, train_config=SMALL)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "CTR_", "PADDLE_"))}
+    env.update(volcano_plugin_env(role, index, {"pserver": ["127.0.0.1"], "trainer": ["127.0.0.1"]}))
+    env.update(role_env(contract, role))
+    return env
+
+
+def test_taken_port_gives_a_clear_error(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "ctr_model.train"], env=_pod_env(tmp_path, "pserver", 0, port),
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+
+
+def test_missing_variables_are_named_and_refused(tmp_path):
+    env = _pod_env(tmp_path, "trainer", 0, 7000)
+    for var in ("VC_TASK_INDEX", "VK_TASK_INDEX", "VC_PSERVER_HOSTS"):
+        env.pop(var)
+    proc = subprocess.run([sys.executable, "-m", "ctr_model.train"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "VC_TASK_INDEX" in proc.stderr and "VC_PSERVER_HOSTS" in proc.stderr
+    assert "refusing to start" in proc.stderr
