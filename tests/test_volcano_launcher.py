@@ -345,3 +345,13 @@ def test_client_from_kubeconfig_talks_to_the_server(fake, tmp_path):
         c.close()
     with pytest.raises(BadInput, match="kubeconfig"):
         KubeClient.from_kubeconfig(str(tmp_path / "missing"))
+
+
+def test_unreadable_pod_logs_never_fail_the_step(fake, client, spec, tmp_path):
+    # e.g. kubelet unreachable (or kwok nodes, which serve no logs): every log read answers 502
+    fake.fail_next = [("get pods/log", 502)] * 100
+    fake.script = [lambda f: running(f), more_logs, complete(tmp_path / "out")]
+    logs = []
+    result = launcher(client, spec, logs, max_api_retries=1).run()
+    assert result.metrics["rows"] == 1000
+    assert sum("cannot read the log of pod" in l for l in logs) == 2  # once per streamed pod

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ctr_volcano.errors import BadInput, TransientError
 
@@ -101,7 +101,8 @@ class KubeClient:
             pass
 
     # ------------------------------------------------------------------ error mapping
-    def _call(self, what: str, fn: Any, *args: Any, not_found_ok: bool = False, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Any, *args: Any, not_found_ok: bool = False,
+              none_on: Tuple[int, ...] = (), **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -110,7 +111,7 @@ class KubeClient:
             return fn(*args, **kwargs)
         except ApiException as exc:
             status = int(exc.status or 0)
-            if status == 404 and not_found_ok:
+            if (status == 404 and not_found_ok) or status in none_on:
                 return None
             if status == 409:
                 raise JobExists(what) from None
@@ -176,14 +177,9 @@ class KubeClient:
             kwargs["since_seconds"] = since_seconds
         if previous:
             kwargs["previous"] = True
-        try:
-            return self._call(f"get pods/log {namespace}/{pod}", self._core.read_namespaced_pod_log,
-                              pod, namespace, not_found_ok=True, **kwargs)
-        except BadInput as exc:
-            # 400: container not started yet ("ContainerCreating"); no log to read.
-            if "400" in str(exc):
-                return None
-            raise
+        # 400: the container has not started yet (ContainerCreating): no log to read yet.
+        return self._call(f"get pods/log {namespace}/{pod}", self._core.read_namespaced_pod_log,
+                          pod, namespace, not_found_ok=True, none_on=(400,), **kwargs)
 
     def list_events(self, namespace: str, field_selector: str) -> List[Dict[str, Any]]:
         """Core events matching ``field_selector`` (e.g. ``involvedObject.name=<job>``)."""

@@ -172,6 +172,7 @@ class VolcanoLauncher:
         self.identity: Optional[Dict[str, Any]] = None
         self.failures: Dict[str, PodFailure] = {}
         self._cursors: Dict[str, _LogCursor] = {}
+        self._log_errors: set = set()
         self._cancel = threading.Event()
         self._cancel_signal: Optional[int] = None
 
@@ -384,6 +385,16 @@ class VolcanoLauncher:
                 time.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _read_log(self, pod: str, **kwargs: Any) -> Optional[str]:
+        """A pod's log, best effort: logs are diagnostics, so failing to read one never fails the step."""
+        try:
+            return self._api(self.client.read_log, self.namespace, pod, **kwargs)
+        except (TransientError, BadInput) as exc:
+            if pod not in self._log_errors:
+                self._log_errors.add(pod)
+                self.log(f"[volcano] cannot read the log of pod {pod}: {exc}")
+            return None
+
     def _check_owner(self, existing: Mapping[str, Any]) -> None:
         theirs = ((existing.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RUN)
         if self.spec.run_id and theirs and theirs != self.spec.run_id:
@@ -443,8 +454,7 @@ class VolcanoLauncher:
                 continue
             name = meta.get("name", "")
             role = (meta.get("labels") or {}).get("volcano.sh/task-spec") or _role_from_name(self.name, name)
-            tail = self._api(self.client.read_log, self.namespace, name,
-                             tail_lines=self.tail_lines) if name else None
+            tail = self._read_log(name, tail_lines=self.tail_lines) if name else None
             record = PodFailure(
                 pod=name, role=role, uid=str(uid),
                 reason=(term or {}).get("reason") or status.get("reason") or "Failed",
@@ -491,8 +501,8 @@ class VolcanoLauncher:
             if cur.last is not None:
                 since = max(1, int(time.time() - cur.last_read) + 2)
             wall = time.time()
-            text = self._api(self.client.read_log, self.namespace, name,
-                             tail_lines=None if since else 1000, since_seconds=since, timestamps=True)
+            text = self._read_log(name, tail_lines=None if since else 1000, since_seconds=since,
+                                  timestamps=True)
             if text is None:
                 continue
             cur.last_read = wall
