@@ -15,6 +15,7 @@ import datetime as _dt
 import inspect
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -147,7 +148,9 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     try:
         task = ctr_training_pipeline(**args)
     except RuntimeError as exc:
-        raise LocalRunFailed(f"{exc}; task outputs and executor logs are under {run_dir / 'outputs'}") from exc
+        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).rstrip(".")
+        raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
+                             f"under {run_dir / 'outputs'}") from exc
     seconds = time.monotonic() - started
 
     outs = task.outputs

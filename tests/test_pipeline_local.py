@@ -1,0 +1,164 @@
+"""The whole pipeline, for real, through ``kfp.local``: ``ctr-volcano run`` on tiny data.
+
+One run of the installed console script does prep -> 2x2 Paddle parameter-server gang (1 epoch) ->
+evaluate -> gate -> publish; the other tests here reuse its outputs (the real model and test split)
+to check the evaluation against scikit-learn, the ``evaluate`` verb, and the AUC gate both ways.
+"""
+
+import glob
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TINY_ROWS = 4000
+
+
+def _tiny_raw(sample_dir: Path, out: Path, rows: int = TINY_ROWS) -> Path:
+    """The first ``rows`` lines of the committed sample, as one TSV file."""
+    files = sorted(p for p in sample_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
+                   and p.suffix in (".tsv", ".txt", ".gz", ".csv"))
+    assert files, f"no raw files under {sample_dir}"
+    out.mkdir(parents=True, exist_ok=True)
+    dst = out / "tiny.tsv"
+    n = 0
+    with open(dst, "wb") as w:
+        for f in files:
+            opener = gzip.open if f.suffix == ".gz" else open
+            with opener(f, "rb") as r:
+                for line in r:
+                    w.write(line)
+                    n += 1
+                    if n >= rows:
+                        return dst
+    return dst
+
+
+def _our_processes(marker: str):
+    """PIDs whose command line mentions ``marker`` (the run's directory)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, sample_dir):
+    tmp = tmp_path_factory.mktemp("run")
+    raw = _tiny_raw(sample_dir, tmp / "raw")
+    workdir = tmp / "workdir"
+    exe = shutil.which("ctr-volcano") or "ctr-volcano"
+    proc = subprocess.run(
+        [exe, "run", "--data", str(raw), "--workdir", str(workdir),
+         "-p", "epochs=1", "-p", "hash_buckets=100003", "-p", "shards=4", "-p", "min_auc=0.0"],
+        capture_output=True, text=True, timeout=600, cwd=tmp)
+    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
+    summary = json.loads((workdir / "summary.json").read_text())
+    return {"summary": summary, "workdir": workdir, "stdout": proc.stdout, "raw": raw}
+
+
+def _task_dir(summary, task):
+    (d,) = glob.glob(os.path.join(summary["run_dir"], "outputs", "*", task))
+    return Path(d)
+
+
+def test_run_writes_a_sane_summary(local_run):
+    s = local_run["summary"]
+    assert 0.0 < s["auc"] < 1.0, s["auc"]  # model quality is the training tests' job; exactness is below
+    assert 0.0 < s["logloss"] < 1.0
+    assert s["rows"] > 100 and 0.0 < s["positive_rate"] < 1.0
+    assert s["params"]["backend"] == "local" and s["params"]["epochs"] == 1
+    model, report = Path(s["model"]), Path(s["report"])
+    assert model.is_dir() and (model / "model_meta.json").is_file()
+    assert report.is_file() and report.read_text().count("<svg") == 2
+    assert Path(s["metrics"]).is_file()
+    assert f"AUC {s['auc']:.4f}" in local_run["stdout"]
+    # kfp.local removed the run's workspace; no process of the run outlives it
+    assert not (Path(s["run_dir"]) / "workspace").exists()
+    assert _our_processes(s["run_dir"]) == []
+
+
+def test_run_gate_passed_and_published(local_run):
+    s = local_run["summary"]
+    assert s["passed_gate"] is True and s["min_auc"] == 0.0
+    published = _task_dir(s, "publish-model") / "published_model"
+    assert (published / "model_meta.json").is_file()
+    out = json.loads((_task_dir(s, "publish-model") / "executor_output.json").read_text())
+    meta = out["artifacts"]["published_model"]["artifacts"][0]["metadata"]
+    assert meta["approved"] is True and meta["auc"] == pytest.approx(s["auc"])
+
+
+def test_pipeline_auc_matches_sklearn_on_the_real_model(local_run):
+    from sklearn.metrics import log_loss, roc_auc_score
+
+    from ctr_model.infer import load_model
+
+    s = local_run["summary"]
+    test_split = _task_dir(s, "prepare-ctr-data") / "test_data"
+    scorer = load_model(s["model"])
+    ys, ps = [], []
+    for y, p in scorer.predict_files(sorted(map(str, test_split.glob("part-*.parquet"))), batch_size=500):
+        ys.append(y)
+        ps.append(p)
+    y, p = np.concatenate(ys), np.concatenate(ps)
+    assert y.size == s["rows"]
+    assert s["auc"] == pytest.approx(roc_auc_score(y, p), abs=1e-6)
+    assert s["logloss"] == pytest.approx(log_loss(y, p), abs=1e-6)
+
+
+def test_evaluate_verb_reproduces_the_pipeline_metrics(local_run, tmp_path):
+    from ctr_volcano import cli
+
+    s = local_run["summary"]
+    test_split = _task_dir(s, "prepare-ctr-data") / "test_data"
+    assert cli.main(["evaluate", "--model", s["model"], "--data", str(test_split),
+                     "--out", str(tmp_path), "--batch-size", "333"]) == 0
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["auc"] == pytest.approx(s["auc"], abs=1e-12) and m["rows"] == s["rows"]
+    assert (tmp_path / "report.html").is_file()
+
+
+def test_gate_runs_publish_only_when_auc_clears_min_auc(local_run, tmp_path):
+    """The gate under kfp.local, both ways, with the real model and split (no training)."""
+    from kfp import dsl, local
+
+    from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
+
+    s = local_run["summary"]
+    test_split = str(_task_dir(s, "prepare-ctr-data") / "test_data")
+
+    Out = NamedTuple("Out", [("auc", float), ("passed", bool)])
+
+    @dsl.pipeline(name="gate-check")
+    def gate_check(model_uri: str, data_uri: str, min_auc: float) -> Out:
+        model = dsl.importer(artifact_uri=model_uri, artifact_class=dsl.Model)
+        data = dsl.importer(artifact_uri=data_uri, artifact_class=dsl.Dataset)
+        ev = evaluate_ctr(model=model.output, test_data=data.output)
+        gate = check_auc_gate(auc=ev.outputs["Output"], min_auc=min_auc)
+        with dsl.If(gate.output == True):  # noqa: E712
+            publish_model(model=model.output, auc=ev.outputs["Output"], min_auc=min_auc)
+        return Out(auc=ev.outputs["Output"], passed=gate.output)
+
+    for min_auc, expect in ((0.0, True), (1.0, False)):
+        root = tmp_path / f"min_auc_{min_auc}"
+        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root / "outputs"),
+                   workspace_root=str(root / "workspace"))
+        res = gate_check(model_uri=s["model"], data_uri=test_split, min_auc=min_auc)
+        assert res.outputs["passed"] is expect
+        assert res.outputs["auc"] == pytest.approx(s["auc"], abs=1e-12)
+        published = glob.glob(str(root / "outputs" / "*" / "publish-model" / "published_model"))
+        assert bool(published) is expect, (min_auc, published)
