@@ -14,7 +14,7 @@ Split: line ``r`` (0-based over all input lines, in input order) goes to test if
 ``mix64(r ^ mix64(seed + 0x53504C4954)) < test_fraction * 2**64`` (``mix64`` as in
 :mod:`ctr_model.features`), so the split depends only on the seed and the line's position.
 Shards: each block's train rows are cut into ``shards`` contiguous slices, slice ``k`` appended to
-``part-0000k.parquet``, so shards stay within one block's rows of each other in size.
+``part-0000k.parquet``, sized so shard row counts never differ by more than one.
 """
 from __future__ import annotations
 
@@ -407,12 +407,17 @@ class _ShardSet:
                         for p in self.paths]
 
     def write(self, table) -> None:
-        n, k = table.num_rows, len(self.writers)
+        # Shard s ends up with as many rows as round-robin would give it (so sizes never differ
+        # by more than one), but each block's rows go out as k contiguous slices.
+        k = len(self.writers)
+        before, after = sum(self.rows), sum(self.rows) + table.num_rows
+        lo = 0
         for s in range(k):
-            lo, hi = n * s // k, n * (s + 1) // k
-            if hi > lo:
-                self.writers[s].write_table(table.slice(lo, hi - lo))
-                self.rows[s] += hi - lo
+            size = (after + k - 1 - s) // k - (before + k - 1 - s) // k
+            if size:
+                self.writers[s].write_table(table.slice(lo, size))
+                self.rows[s] += size
+                lo += size
 
     def close(self) -> None:
         for w in self.writers:

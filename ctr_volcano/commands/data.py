@@ -26,6 +26,8 @@ def register(subparsers) -> None:
     g.add_argument("--files", type=int, default=1, help="number of files (default 1)")
     g.add_argument("--gzip", type=int, default=0, metavar="LEVEL",
                    help="write .tsv.gz at this gzip level 1-9 (default 0: plain TSV)")
+    g.add_argument("--oracle-rows", type=int, default=400_000,
+                   help="rows of the fresh sample the oracle is measured on (default 400000)")
     g.set_defaults(func=_gen_data)
 
     p = subparsers.add_parser(
@@ -56,7 +58,7 @@ def _gen_data(args: argparse.Namespace) -> int:
     from ctr_volcano.datagen import generate
 
     oracle = generate(args.out, rows=args.rows, seed=args.seed, files=args.files,
-                      gzip_level=args.gzip)
+                      gzip_level=args.gzip, oracle_rows=args.oracle_rows)
     print(f"wrote {args.rows} rows in {len(oracle['files'])} file(s) to {args.out}; "
           f"oracle auc={oracle['auc']} logloss={oracle['logloss']} "
           f"positive_rate={oracle['positive_rate']} (see {args.out}/oracle.json)")

@@ -1,0 +1,68 @@
+"""KFP component ``prepare_ctr_data``: raw Criteo TSV -> train/test Parquet splits + stats.
+
+A thin adapter over :func:`ctr_volcano.prep.prep_splits` (tested on its own with real data): it
+turns the KFP parameters into a validated :class:`~ctr_volcano.prep.PrepConfig`, points the two
+output Datasets at the split directories, and copies the headline counts into the Metrics
+artifact. The full stats document is written to the Metrics file too, which also keeps
+``kfp.local``'s cache working (it treats an artifact with no file as a cache miss).
+
+Top-level imports are stdlib + kfp + our light modules; prep's heavy imports (numpy, pyarrow) happen
+inside the function, in the component image.
+"""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Metrics, Output
+
+from ctr_volcano.images import component_image
+
+__all__ = ["prepare_ctr_data"]
+
+
+@dsl.component(base_image=component_image(), install_kfp_package=False)
+def prepare_ctr_data(
+    raw_data: Input[Dataset],
+    train_data: Output[Dataset],
+    test_data: Output[Dataset],
+    stats: Output[Metrics],
+    hash_buckets: int = 1000001,
+    test_fraction: float = 0.1,
+    shards: int = 8,
+    max_bad_fraction: float = 0.001,
+    seed: int = 42,
+):
+    """Prepare Criteo-format click logs for training: stable hashing, normalisation, split.
+
+    Bad lines (wrong field count, non-integer in an integer column, label not 0/1) are counted and
+    reported with file and line number; the step fails if they exceed ``max_bad_fraction``.
+
+    Args:
+        raw_data: a Criteo TSV file (plain or .gz) or a directory of them.
+        train_data: output directory of ``part-NNNNN.parquet`` shards plus ``schema.json``.
+        test_data: output directory laid out like ``train_data``.
+        stats: rows in/train/test/rejected and the positive rate; the file holds the full stats
+            (rejected examples, per-column missing rates).
+        hash_buckets: number of categorical ids (ids 0..25 mean "empty", one per column).
+        test_fraction: share of lines sent to the test split (deterministic for a seed).
+        shards: number of train shards; trainers take whole files, so a multiple of the trainers.
+        max_bad_fraction: the step fails if more than this share of lines is rejected.
+        seed: selects the train/test split.
+    """
+    import json
+    import os
+
+    from ctr_volcano.prep import PrepConfig, prep_splits
+
+    config = PrepConfig(hash_buckets=int(hash_buckets), test_fraction=float(test_fraction),
+                        shards=int(shards), max_bad_fraction=float(max_bad_fraction),
+                        seed=int(seed))
+    os.makedirs(os.path.dirname(stats.path) or ".", exist_ok=True)
+    result = prep_splits([raw_data.path], train_data.path, test_data.path, config)
+    with open(stats.path, "w") as fh:
+        json.dump(result, fh, indent=2)
+    for key in ("rows_in", "rows_train", "rows_test", "rows_rejected", "positive_rate",
+                "rejected_fraction"):
+        stats.log_metric(key, result[key])
+    for artifact, rows in ((train_data, result["rows_train"]), (test_data, result["rows_test"])):
+        artifact.metadata.update({"rows": rows, "hash_buckets": result["hash_buckets"],
+                                  "schema_version": result["schema_version"],
+                                  "format": "parquet shards + schema.json"})

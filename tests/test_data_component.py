@@ -1,0 +1,79 @@
+"""``prepare_ctr_data`` for real under ``kfp.local`` (SubprocessRunner, no venv).
+
+Raw data enters the way the pipeline feeds it: ``dsl.importer`` on a pipeline parameter holding a
+local path (a directory or a single .gz file). The outputs are compared with the library function
+run directly on the same input.
+"""
+
+import json
+import os
+from typing import NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from kfp import dsl, local
+from kfp.dsl import Dataset, Metrics
+
+from components.data_prep import prepare_ctr_data
+from ctr_model import features as F
+from ctr_volcano.prep import PrepConfig, prep
+
+Out = NamedTuple("Out", [("train", Dataset), ("test", Dataset), ("stats", Metrics)])
+
+
+@dsl.pipeline(name="prep-only")
+def prep_only(raw_uri: str, hash_buckets: int, shards: int, max_bad_fraction: float) -> Out:
+    raw = dsl.importer(artifact_uri=raw_uri, artifact_class=Dataset, reimport=False)
+    task = prepare_ctr_data(raw_data=raw.output, hash_buckets=hash_buckets, shards=shards,
+                            max_bad_fraction=max_bad_fraction, seed=3)
+    return Out(train=task.outputs["train_data"], test=task.outputs["test_data"],
+               stats=task.outputs["stats"])
+
+
+def _init(root):
+    # A fresh workspace per run: kfp.local deletes workspace_root when a run ends.
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root / "outputs"),
+               workspace_root=str(root / "workspace"))
+
+
+def _table(split_dir):
+    return pa.concat_tables([pq.read_table(f) for f in F.shard_files(split_dir)])
+
+
+def test_prepare_ctr_data_under_kfp_local(sample_dir, tmp_path):
+    _init(tmp_path / "run")
+    res = prep_only(raw_uri=str(sample_dir), hash_buckets=10007, shards=3, max_bad_fraction=0.001)
+    train, test, stats = res.outputs["train"], res.outputs["test"], res.outputs["stats"]
+
+    direct = prep([str(sample_dir)], str(tmp_path / "direct"),
+                  PrepConfig(hash_buckets=10007, shards=3, seed=3))
+    assert stats.metadata["rows_in"] == direct["rows_in"] > 20_000
+    assert stats.metadata["rows_train"] == direct["rows_train"]
+    assert stats.metadata["rows_test"] == direct["rows_test"]
+    assert stats.metadata["rows_rejected"] == 0
+    assert stats.metadata["positive_rate"] == pytest.approx(direct["positive_rate"])
+    # the Metrics artifact has a file (keeps kfp.local caching working) with the full stats
+    on_file = json.loads(open(stats.path).read())
+    assert on_file["rows_in"] == direct["rows_in"] and "missing_rate" in on_file
+
+    for artifact, split in ((train, "train"), (test, "test")):
+        schema = F.check_split_schema(artifact.path, expected_buckets=10007)
+        assert schema["rows"] == direct[f"rows_{split}"]
+        assert artifact.metadata["rows"] == direct[f"rows_{split}"]
+        assert artifact.metadata["schema_version"] == F.SCHEMA_VERSION
+        assert _table(artifact.path).equals(_table(str(tmp_path / "direct" / split)))
+    assert len(F.shard_files(train.path)) == 3 and len(F.shard_files(test.path)) == 2
+
+
+def test_prepare_ctr_data_fails_the_step_on_bad_input(sample_dir, tmp_path):
+    lines = (tmp_path / "raw.tsv")
+    good = "0\t1\t-1\t\t2\t5\t\t1\t1\t\t1\t0\t\t2" + "\t68fd1e64" * 26
+    lines.write_text("\n".join([good] * 50 + ["1\tnot-a-number"] * 5) + "\n")
+    _init(tmp_path / "run")
+    with pytest.raises(RuntimeError, match="prepare-ctr-data"):
+        prep_only(raw_uri=str(lines), hash_buckets=1000, shards=2, max_bad_fraction=0.001)
+    _init(tmp_path / "run2")
+    res = prep_only(raw_uri=str(lines), hash_buckets=1000, shards=2, max_bad_fraction=0.5)
+    assert res.outputs["stats"].metadata["rows_rejected"] == 5
+    assert res.outputs["stats"].metadata["rows_in"] == 55

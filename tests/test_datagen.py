@@ -1,0 +1,147 @@
+"""The synthetic data generator and the committed sample it made."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from ctr_model import features as F
+from ctr_volcano import datagen
+from ctr_volcano.errors import BadInput
+
+SAMPLE_LIMIT_BYTES = 2_000_000
+
+
+def _lines(directory):
+    out = []
+    for path in sorted(directory.glob("part-*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as fh:
+            out.extend(fh.read().splitlines())
+    return out
+
+
+def test_generate_is_deterministic_and_independent_of_file_count(tmp_path):
+    a = datagen.generate(str(tmp_path / "a"), rows=2500, seed=11, files=1, oracle_rows=20_000)
+    b = datagen.generate(str(tmp_path / "b"), rows=2500, seed=11, files=3, oracle_rows=20_000)
+    c = datagen.generate(str(tmp_path / "c"), rows=2500, seed=12, files=1, oracle_rows=20_000)
+    assert _lines(tmp_path / "a") == _lines(tmp_path / "b")
+    assert _lines(tmp_path / "a") != _lines(tmp_path / "c")
+    assert a["auc"] == b["auc"] and a["files"] == ["part-00000.tsv"]
+    assert b["files"] == ["part-00000.tsv", "part-00001.tsv", "part-00002.tsv"]
+    sizes = [len(_lines_of(tmp_path / "b" / f)) for f in b["files"]]
+    assert sizes == [833, 833, 834]
+    assert json.loads((tmp_path / "a" / "oracle.json").read_text()) == a
+    assert c["seed"] == 12
+
+
+def _lines_of(path):
+    return path.read_text().splitlines()
+
+
+def test_lines_are_criteo_format_with_realistic_gaps(tmp_path):
+    datagen.generate(str(tmp_path), rows=4000, seed=11, oracle_rows=20_000)
+    lines = _lines(tmp_path)
+    assert len(lines) == 4000
+    fields = [line.split("\t") for line in lines]
+    assert {len(f) for f in fields} == {40}
+    assert {f[0] for f in fields} == {"0", "1"}
+    dense = [[f[1 + j] for f in fields] for j in range(F.NUM_DENSE)]
+    for col in dense:
+        assert all(v == "" or int(v) == int(v) for v in col)
+    assert any(v.startswith("-") for v in dense[1])                      # I2 has negatives
+    assert 0.35 < sum(v == "" for v in dense[0]) / 4000 < 0.55           # I1 ~45% missing
+    cats = [[f[14 + c] for f in fields] for c in range(F.NUM_SPARSE)]
+    for col in cats:
+        assert all(v == "" or (len(v) == 8 and int(v, 16) >= 0 and v == v.lower()) for v in col)
+    assert 0.65 < sum(v == "" for v in cats[21]) / 4000 < 0.85          # C22 ~76% missing
+    # skewed frequencies: the most common value of C1 is far more common than uniform
+    values, counts = np.unique([v for v in cats[0] if v], return_counts=True)
+    assert counts.max() > 20 * 4000 / datagen._VOCAB[0]
+    labels = np.array([int(f[0]) for f in fields])
+    assert 0.2 < labels.mean() < 0.3
+
+
+def test_oracle_is_measured_and_sane(tmp_path):
+    oracle = datagen.generate(str(tmp_path), rows=100, seed=11, oracle_rows=50_000)
+    assert 0.74 < oracle["auc"] < 0.81
+    assert oracle["logloss"] < oracle["prior_logloss"] - 0.05
+    assert oracle["oracle_sample_rows"] == 50_000
+    # the oracle really is the generating model: a noisier score must do worse on the same sample
+    model = datagen.planted_model(11)
+    s = model.sample(np.random.default_rng(1), 50_000)
+    noisy = s["p"] + np.random.default_rng(2).normal(0, 0.2, len(s["p"]))
+    assert datagen.auc_score(s["label"], noisy) < datagen.auc_score(s["label"], s["p"]) - 0.02
+
+
+def test_auc_and_logloss_helpers_match_sklearn():
+    from sklearn.metrics import log_loss, roc_auc_score
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 5000)
+    p = np.round(rng.random(5000), 2)  # many ties
+    assert datagen.auc_score(y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+    assert datagen.logloss_score(y, p) == pytest.approx(log_loss(y, np.clip(p, 1e-7, 1 - 1e-7)),
+                                                        abs=1e-9)
+    assert np.isnan(datagen.auc_score(np.ones(3), np.arange(3)))
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"rows": 0}, "rows"), ({"rows": 10, "files": 0}, "files"), ({"rows": 2, "files": 3}, "files"),
+    ({"rows": 10, "seed": -1}, "seed"), ({"rows": 10, "gzip_level": 11}, "gzip_level"),
+    ({"rows": 10, "oracle_rows": 5}, "oracle_rows"),
+])
+def test_generate_validates_arguments(tmp_path, kwargs, field):
+    with pytest.raises(BadInput) as err:
+        datagen.generate(str(tmp_path), **kwargs)
+    assert err.value.field == field
+
+
+def test_committed_sample_is_what_gen_data_makes(sample_dir, tmp_path):
+    oracle = json.loads((sample_dir / "oracle.json").read_text())
+    files = sorted(p.name for p in sample_dir.glob("part-*"))
+    assert files == oracle["files"] and all(f.endswith(".tsv.gz") for f in files)
+    total = sum(p.stat().st_size for p in sample_dir.iterdir())
+    assert total <= SAMPLE_LIMIT_BYTES and oracle["rows"] >= 20_000
+    again = datagen.generate(str(tmp_path), rows=oracle["rows"], seed=oracle["seed"],
+                             files=len(files), gzip_level=9,
+                             oracle_rows=oracle["oracle_sample_rows"])
+    assert _lines(tmp_path) == _lines(sample_dir)
+    assert again == oracle
+    for name in files:  # gzip header has a fixed timestamp: bytes are reproducible
+        assert (tmp_path / name).read_bytes() == (sample_dir / name).read_bytes()
+
+
+def test_sample_is_learnable_after_prep(sample_dir, tmp_path):
+    """A plain logistic regression on the prepped sample gets visibly close to the oracle."""
+    import pyarrow.parquet as pq
+    import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression
+
+    from ctr_volcano.prep import PrepConfig, prep
+
+    prep([str(sample_dir)], str(tmp_path), PrepConfig(test_fraction=0.2, seed=1))
+    split = {s: pq.read_table(F.shard_files(str(tmp_path / s))) for s in ("train", "test")}
+    ids = {s: np.stack([t.column(c).to_numpy() for c in F.SPARSE_COLUMNS], 1)
+           for s, t in split.items()}
+    vocab, inverse = np.unique(np.concatenate([ids["train"], ids["test"]]).ravel(),
+                               return_inverse=True)
+    inverse = inverse.reshape(-1, F.NUM_SPARSE)
+
+    def design(s, rows):
+        t = split[s]
+        one_hot = sp.csr_matrix((np.ones(rows.size), (np.repeat(np.arange(len(rows)), F.NUM_SPARSE),
+                                                     rows.ravel())), shape=(len(rows), len(vocab)))
+        dense = np.stack([t.column(c).to_numpy() for c in F.DENSE_COLUMNS], 1) / 5.0
+        return sp.hstack([one_hot, sp.csr_matrix(dense)]).tocsr()
+
+    n_train = split["train"].num_rows
+    x_train, x_test = design("train", inverse[:n_train]), design("test", inverse[n_train:])
+    y_train = split["train"].column("label").to_numpy()
+    y_test = split["test"].column("label").to_numpy()
+    model = LogisticRegression(C=0.05, max_iter=300).fit(x_train, y_train)
+    auc = datagen.auc_score(y_test, model.predict_proba(x_test)[:, 1])
+    oracle = json.loads((sample_dir / "oracle.json").read_text())["auc"]
+    assert oracle - 0.04 < auc <= oracle + 0.02, (auc, oracle)
