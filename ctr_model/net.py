@@ -63,6 +63,7 @@ class Net:
     loss: object
     auc: object
     auc_states: list
+    example_loss: object = None
 
     @property
     def feed_vars(self) -> list:
@@ -111,12 +112,13 @@ def build_net(config: TrainConfig, ps_mode: bool) -> Net:
             std=1.0 / math.sqrt(width))),
         bias_attr=paddle.ParamAttr(name="out.b", initializer=paddle.nn.initializer.Constant(0.0)))
     predict = paddle.nn.functional.softmax(logits)
-    loss = paddle.mean(paddle.nn.functional.cross_entropy(
-        input=predict, label=label, reduction="none", use_softmax=False))
+    example_loss = paddle.nn.functional.cross_entropy(
+        input=predict, label=label, reduction="none", use_softmax=False)
+    loss = paddle.mean(example_loss)
     auc, _batch_auc, states = paddle.static.auc(input=predict, label=label, num_thresholds=2**12,
                                                 slide_steps=0)
     return Net(label=label, sparse_inputs=sparse, dense_input=dense, predict=predict, loss=loss,
-               auc=auc, auc_states=list(states))
+               auc=auc, auc_states=list(states), example_loss=example_loss)
 
 
 def make_optimizer(config: TrainConfig):

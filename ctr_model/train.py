@@ -82,9 +82,7 @@ def _build(config: TrainConfig):
     # persistable accumulator of the summed loss, read by the progress thread
     loss_sum = paddle.static.create_global_var(shape=[1], value=0.0, dtype="float32",
                                                persistable=True, name="ctr_loss_sum")
-    batch_sum = paddle.sum(paddle.nn.functional.cross_entropy(
-        input=net.predict, label=net.label, reduction="none", use_softmax=False))
-    paddle.assign(loss_sum + batch_sum, output=loss_sum)
+    paddle.assign(loss_sum + paddle.sum(net.example_loss), output=loss_sum)
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     # fewer, larger sparse-table files per pserver (Paddle's default of 1000 makes saving slow)
@@ -223,18 +221,26 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = Tr
                         f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
     mine = assign_shards(split.files, spec.index, spec.trainers)
     cache = _cache_dir(spec)
+    # Convert in the background while Paddle starts up (imports, program, rendezvous): Arrow's
+    # writer releases the GIL, so most of the conversion hides behind the start-up.
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1)
     t0 = time.time()
+
+    def convert():
+        result = convert_shards(mine, cache, config.hash_buckets)
+        return result, time.time() - t0
+
+    future = pool.submit(convert)
     try:
-        converted = convert_shards(mine, cache, config.hash_buckets)
-        rows = sum(r for _, r in converted)
-        convert_s = time.time() - t0
-        _log(spec, f"{len(mine)} shard(s), {rows} rows converted to slot text in {convert_s:.1f}s")
-        return _train(spec, config, [f for f, _ in converted], rows, convert_s)
+        return _train(spec, config, future, len(mine))
     finally:
+        pool.shutdown(wait=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _train(spec: RoleSpec, config: TrainConfig, files: List[str], rows: int, convert_s: float) -> int:
+def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> int:
     import numpy as np
     import paddle
 
@@ -258,6 +264,13 @@ def _train(spec: RoleSpec, config: TrainConfig, files: List[str], rows: int, con
         start_epoch = resume.epoch
         _log(spec, f"resumed from {resume.path} (epoch {resume.epoch})")
 
+    t_wait = time.time()
+    converted, convert_s = conversion.result()
+    convert_wait = time.time() - t_wait
+    files = [f for f, _ in converted]
+    rows = sum(r for _, r in converted)
+    _log(spec, f"{n_shards} shard(s), {rows} rows converted to slot text in {convert_s:.1f}s "
+               f"(waited {convert_wait:.1f}s for it after start-up)")
     if config.reader == "inmemory":
         dataset = paddle.distributed.InMemoryDataset()
     else:
@@ -291,7 +304,9 @@ def _train(spec: RoleSpec, config: TrainConfig, files: List[str], rows: int, con
             record = {"epoch": epoch, "examples": int(n), "seconds": round(seconds, 3),
                       "examples_per_sec": round(n / max(seconds, 1e-9), 1),
                       "loss": loss / n if n else None, "auc": auc_from_stats(pos, neg),
-                      "convert_seconds": round(convert_s, 3) if epoch == start_epoch + 1 else 0.0}
+                      "convert_seconds": round(convert_s, 3) if epoch == start_epoch + 1 else 0.0,
+                      "convert_wait_seconds": (round(convert_wait, 3) if epoch == start_epoch + 1
+                                               else 0.0)}
             history.append(record)
             _save_history(progress_file, history)
             _log(spec, f"epoch {epoch} done: {int(n)} examples in {seconds:.1f}s "
@@ -406,6 +421,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> Non
             "loss": sum(r["loss"] * r["examples"] for r in recs if r["loss"] is not None) / max(n, 1),
             "auc_trainer0": next((r["auc"] for r in per_trainer.get(0, []) if r.get("epoch") == e), None),
             "convert_seconds": max(r.get("convert_seconds", 0.0) for r in recs),
+            "convert_wait_seconds": max(r.get("convert_wait_seconds", 0.0) for r in recs),
         })
     metrics = {"epochs": epochs, "pservers": spec.pservers, "trainers": spec.trainers,
                "resumed_from_epoch": start_epoch, "config": config.to_dict(),
