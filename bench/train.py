@@ -144,7 +144,8 @@ def run_bare(slot_files, rows_per_file, config: dict, workdir: str) -> dict:
                        BENCH_ROWS=str(sum(rows_per_file[f] for f in mine)))
             log = open(os.path.join(workdir, f"bare-{role}-{i}.log"), "w+")
             procs.append(subprocess.Popen([sys.executable, __file__, "--bare-role"], env=env,
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                          cwd=workdir))
             outs.append(log)
     try:
         for p in procs:
@@ -172,7 +173,7 @@ def run_single(slot_files, rows: int, config: dict, workdir: str) -> dict:
     env.update(BENCH_CONFIG=json.dumps(config), BENCH_FILES=json.dumps(list(slot_files)),
                BENCH_ROWS=str(rows))
     out = subprocess.run([sys.executable, __file__, "--single-role"], env=env, capture_output=True,
-                         text=True, timeout=1800)
+                         text=True, timeout=1800, cwd=workdir)
     for line in out.stdout.splitlines():
         if line.startswith("SINGLE "):
             r = json.loads(line[7:])
@@ -191,6 +192,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--config", default="{}", help="TrainConfig overrides as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, models)")
     args = parser.parse_args()
 
     from ctr_model.config import TrainConfig
@@ -233,6 +235,12 @@ def main() -> int:
           f"checkpoints and export: {best['ours']['e2e_ex_per_s']:.0f} ex/s; test AUC "
           f"{best['ours']['test_auc']}")
     print(f"bare Paddle QueueDataset PS loop: {b:.0f} ex/s; single process: {c:.0f} ex/s")
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"work directory kept: {work}")
     print(f"RESULT ratio_bare={a / b:.3f} ratio_single={a / c:.3f} ex_per_s={a:.0f}")
     return 0
 
