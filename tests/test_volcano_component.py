@@ -10,7 +10,6 @@ job_info artifact holding the Job's identity.
 import json
 from pathlib import Path
 
-import pytest
 from kfp import dsl, local
 
 from components.train import train_ctr

@@ -197,7 +197,7 @@ def test_pending_gang_is_explained_then_times_out_and_is_deleted(fake, client, t
     logs = []
     started = time.monotonic()
     with pytest.raises(TrainingJobFailed) as exc:
-        launcher(client, spec, logs, poll_s=0.05, explain_every_s=0.3).run()
+        launcher(client, spec, logs, poll_s=0.05, explain_every_s=0.2).run()
     err = exc.value
     assert err.phase == "Unschedulable"
     assert "Unschedulable (NotEnoughResources): 3/3 tasks in gang unschedulable" in err.reason

@@ -299,8 +299,9 @@ class TrainJobSpec:
             if not _LABEL_KEY.match(str(key)) or not _LABEL_VALUE.match(str(value)):
                 raise BadInput("labels", f"{key}={value}", "use Kubernetes label syntax (value <= 63 "
                                                           "characters of [A-Za-z0-9-_.])")
-            if str(key).startswith("volcano.sh/"):
-                raise BadInput("labels", key, "volcano.sh/ labels are set by Volcano")
+            if str(key).startswith(("volcano.sh/", "ctr-volcano/")):
+                raise BadInput("labels", key, "volcano.sh/ and ctr-volcano/ labels are set by Volcano "
+                                              "and the launcher")
         for key, _ in self.annotations:
             if not _LABEL_KEY.match(str(key)):
                 raise BadInput("annotations", key, "use Kubernetes annotation key syntax")
