@@ -214,27 +214,28 @@ def compute_metrics(labels: Any, probs: Any, threshold: float = 0.5,
 
 
 def _svg_plot(title: str, xlabel: str, ylabel: str, series: Sequence[Tuple[str, Sequence[Tuple[float, float]], bool]],
-              size: int = 320) -> str:
-    """A square unit-box plot; each series is (css color, points in [0,1]^2, draw markers)."""
+              scale: float = 1.0, step: float = 0.25, size: int = 320) -> str:
+    """A square plot of [0, scale]^2 with a dashed diagonal; each series is (css color, points, markers)."""
     pad_l, pad_b, pad_t, pad_r = 48, 40, 28, 12
     w, h = size + pad_l + pad_r, size + pad_t + pad_b
 
     def sx(x: float) -> float:
-        return pad_l + max(0.0, min(1.0, x)) * size
+        return pad_l + max(0.0, min(1.0, x / scale)) * size
 
     def sy(y: float) -> float:
-        return pad_t + (1.0 - max(0.0, min(1.0, y))) * size
+        return pad_t + (1.0 - max(0.0, min(1.0, y / scale))) * size
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
              f'viewBox="0 0 {w} {h}" role="img" aria-label="{html.escape(title)}">',
              f'<text x="{w / 2:.0f}" y="18" text-anchor="middle" font-weight="bold">{html.escape(title)}</text>',
              f'<rect x="{pad_l}" y="{pad_t}" width="{size}" height="{size}" fill="none" stroke="#888"/>']
-    for t in (0.0, 0.25, 0.5, 0.75, 1.0):
+    for i in range(int(round(scale / step)) + 1):
+        t = i * step
         parts.append(f'<line x1="{sx(t):.1f}" y1="{sy(0):.1f}" x2="{sx(t):.1f}" y2="{sy(0) + 4:.1f}" stroke="#888"/>'
-                     f'<text x="{sx(t):.1f}" y="{sy(0) + 16:.1f}" font-size="11" text-anchor="middle">{t:g}</text>'
+                     f'<text x="{sx(t):.1f}" y="{sy(0) + 16:.1f}" font-size="11" text-anchor="middle">{t:.4g}</text>'
                      f'<line x1="{sx(0) - 4:.1f}" y1="{sy(t):.1f}" x2="{sx(0):.1f}" y2="{sy(t):.1f}" stroke="#888"/>'
-                     f'<text x="{sx(0) - 6:.1f}" y="{sy(t) + 4:.1f}" font-size="11" text-anchor="end">{t:g}</text>')
-    parts.append(f'<line x1="{sx(0):.1f}" y1="{sy(0):.1f}" x2="{sx(1):.1f}" y2="{sy(1):.1f}" '
+                     f'<text x="{sx(0) - 6:.1f}" y="{sy(t) + 4:.1f}" font-size="11" text-anchor="end">{t:.4g}</text>')
+    parts.append(f'<line x1="{sx(0):.1f}" y1="{sy(0):.1f}" x2="{sx(scale):.1f}" y2="{sy(scale):.1f}" '
                  f'stroke="#bbb" stroke-dasharray="4 4"/>')
     for color, pts, markers in series:
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
@@ -249,6 +250,15 @@ def _svg_plot(title: str, xlabel: str, ylabel: str, series: Sequence[Tuple[str, 
     return "".join(parts)
 
 
+def _nice_axis(top: float) -> Tuple[float, float]:
+    """Axis end and tick step for values up to ``top``: at most 5 round ticks, never past 1."""
+    for step in (0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25):
+        n = max(1, math.ceil(top * 1.05 / step - 1e-9))
+        if n <= 5:
+            return min(1.0, n * step), step
+    return 1.0, 0.25
+
+
 def render_report(metrics: Dict[str, Any], title: str = "CTR model evaluation") -> str:
     """Render :func:`compute_metrics` output as a self-contained HTML page (inline SVG, no scripts).
 
@@ -259,12 +269,12 @@ def render_report(metrics: Dict[str, Any], title: str = "CTR model evaluation") 
     roc_pts = [(r["fpr"], r["tpr"]) for r in metrics["roc"]]
     cal = metrics["calibration"]
     top = max([c["mean_predicted"] for c in cal] + [c["observed_ctr"] for c in cal] + [1e-6])
-    scale = min(1.0, math.ceil(top * 1.1 * 20) / 20.0)  # round up to a multiple of 0.05
-    cal_pts = [(c["mean_predicted"] / scale, c["observed_ctr"] / scale) for c in cal]
+    scale, step = _nice_axis(top)
+    cal_pts = [(c["mean_predicted"], c["observed_ctr"]) for c in cal]
     roc_svg = _svg_plot(f"ROC curve (AUC {metrics['auc']:.4f})", "false positive rate",
                         "true positive rate", [("#1f77b4", roc_pts, False)])
-    cal_svg = _svg_plot(f"Calibration by decile (axes 0 to {scale:g})", f"mean predicted CTR / {scale:g}",
-                        f"observed CTR / {scale:g}", [("#d62728", cal_pts, True)])
+    cal_svg = _svg_plot("Calibration by decile", "mean predicted CTR", "observed CTR",
+                        [("#d62728", cal_pts, True)], scale=scale, step=step)
     cm = metrics["confusion_matrix"]
     rows = [("AUC", f"{metrics['auc']:.6f}"), ("log loss", f"{metrics['logloss']:.6f}"),
             ("rows", f"{metrics['rows']:,}"), ("positive rate (observed CTR)", f"{metrics['positive_rate']:.4%}"),

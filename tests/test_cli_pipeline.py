@@ -55,7 +55,7 @@ class _FakeKfp(http.server.BaseHTTPRequestHandler):
 def fake_kfp():
     _FakeKfp.requests = []
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeKfp)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{srv.server_address[1]}", _FakeKfp.requests

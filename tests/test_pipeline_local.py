@@ -1,8 +1,10 @@
-"""The whole pipeline, for real, through ``kfp.local``: ``ctr-volcano run`` on tiny data.
+"""The whole pipeline, for real, through ``kfp.local``: ``ctr-volcano run`` on the committed sample.
 
-One run of the installed console script does prep -> 2x2 Paddle parameter-server gang (1 epoch) ->
-evaluate -> gate -> publish; the other tests here reuse its outputs (the real model and test split)
-to check the evaluation against scikit-learn, the ``evaluate`` verb, and the AUC gate both ways.
+One run of the installed console script -- the Quick start's main job, only with the gate opened --
+does prep -> 2x2 Paddle parameter-server gang -> evaluate -> gate -> publish (about 40 s; the gang's
+start-up dominates, so a smaller sample would not be faster but would learn nothing). The other
+tests reuse its outputs (the real model and test split) to check the evaluation against
+scikit-learn, the ``evaluate`` verb, and the AUC gate both ways.
 """
 
 import glob
@@ -59,16 +61,13 @@ def _our_processes(marker: str):
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory, sample_dir):
     tmp = tmp_path_factory.mktemp("run")
-    raw = _tiny_raw(sample_dir, tmp / "raw")
     workdir = tmp / "workdir"
     exe = shutil.which("ctr-volcano") or "ctr-volcano"
-    proc = subprocess.run(
-        [exe, "run", "--data", str(raw), "--workdir", str(workdir),
-         "-p", "epochs=1", "-p", "hash_buckets=100003", "-p", "shards=4", "-p", "min_auc=0.0"],
-        capture_output=True, text=True, timeout=600, cwd=tmp)
+    proc = subprocess.run([exe, "run", "--workdir", str(workdir), "-p", "min_auc=0.0"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp)
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
     summary = json.loads((workdir / "summary.json").read_text())
-    return {"summary": summary, "workdir": workdir, "stdout": proc.stdout, "raw": raw}
+    return {"summary": summary, "workdir": workdir, "stdout": proc.stdout}
 
 
 def _task_dir(summary, task):
@@ -78,10 +77,12 @@ def _task_dir(summary, task):
 
 def test_run_writes_a_sane_summary(local_run):
     s = local_run["summary"]
-    assert 0.0 < s["auc"] < 1.0, s["auc"]  # model quality is the training tests' job; exactness is below
-    assert 0.0 < s["logloss"] < 1.0
-    assert s["rows"] > 100 and 0.0 < s["positive_rate"] < 1.0
-    assert s["params"]["backend"] == "local" and s["params"]["epochs"] == 1
+    # The sample comes from a planted model whose own AUC is 0.775 (data/sample/oracle.json); 2 epochs
+    # reach ~0.75. A model that learned nothing scores ~0.5.
+    assert 0.65 < s["auc"] < 0.80, s["auc"]
+    assert 0.3 < s["logloss"] < 0.56  # 0.563 is the prior (always predicting the click rate)
+    assert s["rows"] > 1500 and 0.15 < s["positive_rate"] < 0.35
+    assert s["params"]["backend"] == "local" and s["data"].endswith("data/sample")
     model, report = Path(s["model"]), Path(s["report"])
     assert model.is_dir() and (model / "model_meta.json").is_file()
     assert report.is_file() and report.read_text().count("<svg") == 2
