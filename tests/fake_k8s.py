@@ -344,6 +344,11 @@ class FakeKube:
             stamp = query.get("timestamps") in ("true", "True", "1")
             text = "".join((f"{rfc3339_nano(t)} {l}\n" if stamp else f"{l}\n") for t, l in lines)
             return 200, text.encode(), "text/plain"
+        if name:
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                return 404, _status(404, f'pods "{name}" not found'), "application/json"
+            return 200, pod, "application/json"
         selector = dict(p.split("=", 1) for p in query.get("labelSelector", "").split(",") if "=" in p)
         items = [p for (n, _), p in sorted(self.pods.items()) if n == ns
                  and all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]

@@ -18,7 +18,7 @@ from ctr_volcano.errors import BadInput
 from ctr_volcano.volcano import cli_train
 from ctr_volcano.volcano.client import KubeClient
 from ctr_volcano.volcano.handoff import build_pvc, copy_model_out, prepare_run_dir
-from ctr_volcano.volcano.rbac import RULES, build_rbac
+from ctr_volcano.volcano.rbac import RULES, allows, build_rbac
 from ctr_volcano.volcano.step import StepParams, run_training_step
 from tests.fake_k8s import FakeKube
 
@@ -33,6 +33,8 @@ def fake():
     server = FakeKube(crd_path=str(CRD)).start()
     yield server
     server.stop()
+    refused = [v for v in server.verbs() if not allows(v[1], v[2], v[0])]
+    assert not refused, f"requests outside the launcher's Role: {refused}"
 
 
 def pod_env(job, task="trainer"):
@@ -98,6 +100,52 @@ def test_volcano_step_hands_data_in_and_model_out_through_the_pvc(fake, tmp_path
     vol = job["spec"]["tasks"][0]["template"]["spec"]["volumes"][0]
     assert vol["persistentVolumeClaim"]["claimName"] == "claim"
     assert pod_env(job)["CTR_OUTPUT_DIR"].startswith(str(pvc) + "/ctr-runs/")
+
+
+def test_job_is_owned_by_the_kfp_runs_workflow(fake, tmp_path, prep, monkeypatch):
+    # the step's own pod, as Argo creates it: a dependent of the run's Workflow
+    pod = fake.put_pod(NS, "wf", "step", 1)
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                                           "name": "ctr-pipeline-x7k2p", "uid": "wf-uid-1", "controller": True}]
+    monkeypatch.setenv("KFP_POD_NAME", pod["metadata"]["name"])
+    monkeypatch.setenv("KFP_POD_UID", pod["metadata"]["uid"])
+    (tmp_path / "pvc").mkdir()
+    fake.script = play_gang({})
+    logs = []
+    client = KubeClient(fake.api_client())
+    try:
+        run_training_step(str(prep), str(tmp_path / "model"),
+                          StepParams(backend="volcano", namespace=NS, image="img:1", pvc_name="claim",
+                                     pvc_mount_path=str(tmp_path / "pvc"), run_id="r", poll_s=0.01),
+                          log=logs.append, client=client)
+    finally:
+        client.close()
+    job = next(j for (_, n), j in fake.jobs.items())
+    assert job["metadata"]["ownerReferences"] == [{
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "ctr-pipeline-x7k2p",
+        "uid": "wf-uid-1", "controller": False, "blockOwnerDeletion": False}]
+    assert any("owned by Workflow ctr-pipeline-x7k2p" in line for line in logs)
+
+
+def test_no_owner_outside_a_pod_or_for_another_pod(fake, monkeypatch):
+    from ctr_volcano.volcano.step import run_owner_references
+
+    client = KubeClient(fake.api_client())
+    try:
+        for var in ("KFP_POD_NAME", "KFP_POD_UID", "KUBERNETES_SERVICE_HOST"):
+            monkeypatch.delenv(var, raising=False)
+        assert run_owner_references(client, NS, log=lambda _m: None) == ()
+        assert run_owner_references(client, NS, pod_name="missing", log=lambda _m: None) == ()
+        pod = fake.put_pod(NS, "wf", "step", 2)
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                                               "name": "w", "uid": "u"}]
+        monkeypatch.setenv("KFP_POD_UID", "someone-else")
+        assert run_owner_references(client, NS, pod_name=pod["metadata"]["name"], log=lambda _m: None) == ()
+        monkeypatch.delenv("KFP_POD_UID")
+        assert run_owner_references(client, NS, pod_name=pod["metadata"]["name"], log=lambda _m: None) == (
+            {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "w", "uid": "u"},)
+    finally:
+        client.close()
 
 
 def test_cli_train_volcano_uses_the_same_step(fake, tmp_path, prep, capsys):

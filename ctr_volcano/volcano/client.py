@@ -158,6 +158,12 @@ class KubeClient:
                           self._custom.get_namespaced_custom_object, *_PODGROUPS[:2], namespace,
                           _PODGROUPS[2], name, not_found_ok=True)
 
+    def get_pod(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
+        """The pod as an API-shaped dict, or ``None``."""
+        res = self._call(f"get pods {namespace}/{name}", self._core.read_namespaced_pod, name, namespace,
+                         not_found_ok=True)
+        return None if res is None else self._dict(res)
+
     def list_pods(self, namespace: str, label_selector: str) -> List[Dict[str, Any]]:
         """Pods matching ``label_selector``, as API-shaped dicts (camelCase keys)."""
         res = self._call(f"list pods {namespace} -l {label_selector}",

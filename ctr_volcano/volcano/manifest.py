@@ -219,6 +219,11 @@ def build_job(spec: TrainJobSpec) -> Dict[str, Any]:
     metadata: Dict[str, Any] = {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)}
     if annotations:
         metadata["annotations"] = annotations
+    if spec.owner_references:
+        # blockOwnerDeletion stays false: setting it true needs rights on the owner's finalizers
+        metadata["ownerReferences"] = [
+            {"apiVersion": r["apiVersion"], "kind": r["kind"], "name": r["name"], "uid": r["uid"],
+             "controller": False, "blockOwnerDeletion": False} for r in spec.owner_references]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": job_spec}
 
 

@@ -175,6 +175,8 @@ class TrainJobSpec:
         scheduler_name: the Volcano scheduler's name.
         shm_size: size of an in-memory ``/dev/shm`` (Paddle's data loader uses shared memory);
             ``None`` keeps the container runtime's 64 MiB default.
+        owner_references: ownerReferences of the Job (e.g. the KFP run's Argo Workflow, so deleting
+            the run garbage-collects the gang); same namespace only.
     """
 
     name: str
@@ -211,6 +213,7 @@ class TrainJobSpec:
     disable_network_policy: bool = False
     scheduler_name: str = "volcano"
     shm_size: Optional[str] = None
+    owner_references: Tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("train_config", "node_selector", "env", "labels", "annotations"):
@@ -219,7 +222,7 @@ class TrainJobSpec:
                 object.__setattr__(self, name, _freeze_mapping(value))
             elif not isinstance(value, tuple):
                 raise BadInput(name, value, "pass a mapping (dict)")
-        for name in ("tolerations", "image_pull_secrets", "volumes", "env_from_secrets"):
+        for name in ("tolerations", "image_pull_secrets", "volumes", "env_from_secrets", "owner_references"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -308,6 +311,9 @@ class TrainJobSpec:
         for i, tol in enumerate(self.tolerations):
             if not isinstance(tol, Mapping):
                 raise BadInput(f"tolerations[{i}]", tol, "pass Kubernetes toleration objects (dicts)")
+        for i, ref in enumerate(self.owner_references):
+            if not isinstance(ref, Mapping) or not all(ref.get(k) for k in ("apiVersion", "kind", "name", "uid")):
+                raise BadInput(f"owner_references[{i}]", ref, "give apiVersion, kind, name and uid of the owner")
         if self.affinity is not None and not isinstance(self.affinity, Mapping):
             raise BadInput("affinity", self.affinity, "pass a Kubernetes affinity object (dict)")
         if not isinstance(self.run_as_user, int) or self.run_as_user < 1:

@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from ctr_volcano.errors import BadInput
 
-__all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "train_config_of"]
+__all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "train_config_of",
+           "run_owner_references"]
 
 BACKENDS = ("local", "volcano")
 
@@ -181,6 +182,44 @@ def _check_before_submit(data_path: str, params: StepParams) -> None:
                                                     "at most that many trainers or re-run prep with more shards")
 
 
+def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str] = None,
+                         log: Callable[[str], None] = print) -> tuple:
+    """The KFP run's Argo Workflow, as an ownerReference for the Job, if this step runs in a pod.
+
+    Argo makes every step pod a dependent of its Workflow; making the Volcano Job one too means that
+    deleting the KFP run garbage-collects the gang even if this process never saw a SIGTERM. Every
+    attempt of the step shares the Workflow, so a retried step does not orphan or kill the Job.
+    Best effort: outside a pod, in another namespace, or without the rights, returns ``()``.
+
+    Args:
+        client: a :class:`~ctr_volcano.volcano.client.KubeClient`.
+        namespace: the Job's namespace (owner and dependent must share it).
+        pod_name: this step's pod; default ``$KFP_POD_NAME``, else ``$HOSTNAME`` inside a pod.
+        log: progress sink.
+    """
+    from ctr_volcano.errors import CtrVolcanoError
+
+    if pod_name is None:
+        pod_name = os.environ.get("KFP_POD_NAME") or (
+            os.environ.get("HOSTNAME") if os.environ.get("KUBERNETES_SERVICE_HOST") else None)
+    if not pod_name:
+        return ()
+    try:
+        pod = client.get_pod(namespace, pod_name)
+    except CtrVolcanoError as exc:
+        log(f"[volcano] cannot read this step's pod {namespace}/{pod_name} ({exc}); the Job gets no owner")
+        return ()
+    if pod is None:
+        return ()
+    expected_uid = os.environ.get("KFP_POD_UID")
+    if expected_uid and (pod.get("metadata") or {}).get("uid") != expected_uid:
+        return ()
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Workflow" and str(ref.get("apiVersion", "")).startswith("argoproj.io/"):
+            return ({k: ref[k] for k in ("apiVersion", "kind", "name", "uid")},)
+    return ()
+
+
 def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
                       on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
                       log: Callable[[str], None] = print, client: Any = None) -> Any:
@@ -214,11 +253,16 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
     name = _job_name(params)
     dirs = prepare_run_dir(params.pvc_mount_path, name, data_path)
     log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'})")
-    spec = build_spec(params, dirs.data_dir, dirs.output_dir, name=name)
     own_client = client is None
     if own_client:
         client = KubeClient.auto(params.kubeconfig, params.context)
     try:
+        spec = build_spec(params, dirs.data_dir, dirs.output_dir, name=name)
+        owners = run_owner_references(client, spec.namespace, log=log)
+        if owners:
+            spec = replace(spec, owner_references=owners)
+            log(f"[volcano] the Job is owned by {owners[0]['kind']} {owners[0]['name']}: deleting the "
+                "KFP run deletes the gang")
         launcher = VolcanoLauncher(client, spec, log=log, poll_s=params.poll_s,
                                    explain_every_s=params.explain_every_s, on_identity=on_identity)
         result = launcher.run()
