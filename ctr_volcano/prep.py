@@ -206,7 +206,7 @@ def _csv_options():
         types.update({c: pa.binary() for c in SPARSE_COLUMNS})
         _PARSE_OPTS = (
             pacsv.ReadOptions(column_names=list(RAW_COLUMNS), use_threads=True,
-                              block_size=1 << 20),
+                              block_size=4 << 20),
             pacsv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
                                escape_char=False, newlines_in_values=False,
                                ignore_empty_lines=False),
@@ -256,11 +256,11 @@ class _Block:
         self.rejects: List[Tuple[int, str, str, bytes]] = []  # (line index, category, detail, text)
 
 
-def _parse_block(text: bytes) -> Tuple[Any, np.ndarray, List[Tuple[int, str, str, bytes]]]:
-    """Parse a block of whole lines; returns (table, line indices of its rows, rejects)."""
+def _parse_block(text: bytes, n_lines: int
+                 ) -> Tuple[Any, np.ndarray, List[Tuple[int, str, str, bytes]]]:
+    """Parse a block of ``n_lines`` whole lines; returns (table, row line indices, rejects)."""
     import pyarrow as pa
 
-    n_lines = text.count(b"\n") + (0 if text.endswith(b"\n") else 1)
     try:
         table = _read(text)
         if table.num_rows == n_lines:
@@ -464,9 +464,6 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
 
     Each split directory gets ``part-NNNNN.parquet`` shards and, last, ``schema.json``.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     config = config if config is not None else PrepConfig()
     if not isinstance(config, PrepConfig):
         raise BadInput("config", config, "pass a ctr_volcano.prep.PrepConfig")
@@ -477,8 +474,10 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
     acc = _Accumulator(config)
     ok = False
     try:
+        # Three stages overlap: a thread reads (and gunzips) the next block, this thread parses
+        # the current one (pyarrow, multithreaded), a thread transforms and writes the previous.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="prep") as pool:
-            pending_write: Optional[Future] = None
+            pending: Optional[Future] = None
             for path in files:
                 blocks = _blocks(path, config.block_bytes)
                 next_block: Future = pool.submit(next, blocks, None)
@@ -489,27 +488,23 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
                         break
                     next_block = pool.submit(next, blocks, None)
                     first_line, text = item
-                    table, row_idx, rejects = _parse_block(text)
                     n_lines = text.count(b"\n") + (0 if text.endswith(b"\n") else 1)
+                    table, row_idx, rejects = _parse_block(text, n_lines)
+                    del text
                     file_lines += n_lines
                     acc.add_rejects(path, first_line, rejects, n_lines)
+                    if pending is not None:
+                        pending.result()
+                        pending = None
                     if table is not None and table.num_rows:
-                        out, missing = _transform(table, config.hash_buckets)
-                        is_test = split_is_test(acc.rows_in_before + row_idx, config.seed,
-                                                config.test_fraction)
-                        mask = pa.array(is_test)
-                        test_part = out.filter(mask)
-                        train_part = out.filter(pc.invert(mask))
-                        acc.add_good(out, missing, train_part, test_part)
-                        if pending_write is not None:
-                            pending_write.result()
-                        pending_write = pool.submit(_write_both, train, train_part, test,
-                                                    test_part)
+                        pending = pool.submit(_transform_and_write, table,
+                                              acc.rows_in_before + row_idx, config, acc,
+                                              train, test)
                     acc.rows_in_before += n_lines
                 acc.inputs.append({"path": path, "lines": file_lines,
                                    "bytes": os.path.getsize(path)})
-            if pending_write is not None:
-                pending_write.result()
+            if pending is not None:
+                pending.result()
         train.close()
         test.close()
         if acc.rows_in == 0:
@@ -532,7 +527,16 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
             test.remove()
 
 
-def _write_both(train: _ShardSet, train_part, test: _ShardSet, test_part) -> None:
+def _transform_and_write(table, row_index: np.ndarray, config: PrepConfig, acc: "_Accumulator",
+                         train: _ShardSet, test: _ShardSet) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out, missing = _transform(table, config.hash_buckets)
+    mask = pa.array(split_is_test(row_index, config.seed, config.test_fraction))
+    test_part = out.filter(mask)
+    train_part = out.filter(pc.invert(mask))
+    acc.add_good(missing, train_part, test_part)
     if train_part.num_rows:
         train.write(train_part)
     if test_part.num_rows:
@@ -571,7 +575,7 @@ class _Accumulator:
                            f"(first: {detail}); is this a Criteo TSV file (label, 13 integer "
                            f"and 26 categorical fields, tab-separated)?")
 
-    def add_good(self, out, missing: np.ndarray, train_part, test_part) -> None:
+    def add_good(self, missing: np.ndarray, train_part, test_part) -> None:
         import pyarrow.compute as pc
 
         self.missing += missing

@@ -1,0 +1,152 @@
+"""Benchmark: prep throughput vs the I/O floor and a naive line-by-line prep, plus peak memory.
+
+Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least ``--gb`` GB with
+``ctr-volcano gen-data``, then measures, in fresh subprocesses so each gets its own peak RSS:
+
+* (a) ours: :func:`ctr_volcano.prep.prep` on the whole file (default config: 8 + 2 shards);
+* (b) the I/O floor: pyarrow's streaming CSV reader on the same file with the same column types,
+  each batch written straight to one Parquet file (no validation, transform, split or hashing);
+* (c) naive: a line-by-line Python prep (split, ``int()``, ``log1p``, per-value hash, write TSV) on
+  the first ``--naive-mb`` MB.
+
+Each of (a) and (b) runs ``--repeat`` times, interleaved, best time kept (the machine is shared).
+MB/s is input megabytes (10^6 bytes of TSV) per second. The last line is
+``RESULT ratio_floor=a/b ratio_naive=a/c peak_rss_mb=M`` (M: peak RSS of the worst run of (a)).
+
+Usage: ``python bench/prep.py [--gb 1.0] [--workdir /tmp/ctr_bench] [--repeat 2]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROWS_PER_GB = 4_150_000  # ~241 bytes per generated line
+
+FLOOR_CODE = r"""
+import sys, pyarrow.csv as pacsv, pyarrow.parquet as pq
+from ctr_volcano import prep as P
+read_opts, parse_opts, convert_opts = P._csv_options()
+reader = pacsv.open_csv(sys.argv[1], read_options=pacsv.ReadOptions(
+    column_names=list(P.RAW_COLUMNS), use_threads=True, block_size=16 << 20),
+    parse_options=parse_opts, convert_options=convert_opts)
+writer = pq.ParquetWriter(sys.argv[2], reader.schema, compression="snappy")
+rows = 0
+for batch in reader:
+    writer.write_batch(batch)
+    rows += batch.num_rows
+writer.close()
+print(rows)
+"""
+
+OURS_CODE = r"""
+import sys, json
+from ctr_volcano.prep import prep
+stats = prep([sys.argv[1]], sys.argv[2])
+print(json.dumps({k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_rejected")}))
+"""
+
+NAIVE_CODE = r"""
+import math, sys
+from ctr_model.features import hash_value
+limit = int(sys.argv[3])
+done = 0
+with open(sys.argv[1], "rb") as src, open(sys.argv[2], "w") as out:
+    for raw in src:
+        done += len(raw)
+        if done > limit:
+            break
+        f = raw.decode().rstrip("\n").split("\t")
+        label = int(f[0])
+        dense = [math.log1p(max(int(x), 0)) if x else 0.0 for x in f[1:14]]
+        sparse = [hash_value(v, j + 1) for j, v in enumerate(f[14:])]
+        out.write("\t".join([str(label)] + ["%.6g" % d for d in dense] + [str(s) for s in sparse]))
+        out.write("\n")
+print(done)
+"""
+
+
+def _run_rss(code: str, *args: str):
+    """Run ``code`` in a fresh interpreter; return (seconds, stdout, peak RSS in MB)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                                stderr=err)
+        out = proc.stdout.read()
+        proc.stdout.close()
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps the child and gives its own rusage
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.monotonic() - start
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"benchmark step failed:\n{err.read().decode()[-3000:]}")
+    return seconds, out.decode().strip(), usage.ru_maxrss / 1024.0
+
+
+def _ensure_input(workdir: str, gb: float) -> str:
+    raw_dir = os.path.join(workdir, "raw")
+    path = os.path.join(raw_dir, "part-00000.tsv")
+    want = int(gb * 1e9)
+    if os.path.exists(path) and os.path.getsize(path) >= want:
+        return path
+    shutil.rmtree(raw_dir, ignore_errors=True)
+    rows = int(ROWS_PER_GB * gb * 1.02) + 1000
+    while True:
+        print(f"generating {rows} rows into {raw_dir} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "gen-data", "--rows", str(rows),
+                        "--out", raw_dir, "--seed", "1", "--oracle-rows", "20000"], check=True)
+        if os.path.getsize(path) >= want:
+            return path
+        rows = int(rows * want / os.path.getsize(path) * 1.01) + 1000
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gb", type=float, default=1.0, help="input size in GB (default 1.0)")
+    ap.add_argument("--workdir", default="/tmp/ctr_bench", help="scratch dir (input is cached)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of (a) and (b), best kept")
+    ap.add_argument("--naive-mb", type=float, default=20.0, help="slice for the naive prep (MB)")
+    args = ap.parse_args(argv)
+
+    os.makedirs(args.workdir, exist_ok=True)
+    path = _ensure_input(args.workdir, args.gb)
+    size_mb = os.path.getsize(path) / 1e6
+    print(f"input: {path} ({size_mb:.0f} MB)", flush=True)
+
+    ours, floor, rss = [], [], []
+    for i in range(args.repeat):
+        out_dir = os.path.join(args.workdir, "ours")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        t, out, peak = _run_rss(OURS_CODE, path, out_dir)
+        counts = json.loads(out)
+        assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
+            counts["rows_rejected"]
+        ours.append(t)
+        rss.append(peak)
+        print(f"  run {i + 1}: ours {size_mb / t:7.1f} MB/s ({t:.1f} s, peak RSS {peak:.0f} MB, "
+              f"{counts})", flush=True)
+        t, out, fpeak = _run_rss(FLOOR_CODE, path, os.path.join(args.workdir, "floor.parquet"))
+        floor.append(t)
+        print(f"  run {i + 1}: floor {size_mb / t:7.1f} MB/s ({t:.1f} s, peak RSS {fpeak:.0f} MB, "
+              f"{out} rows)", flush=True)
+
+    limit = int(args.naive_mb * 1e6)
+    t, out, _ = _run_rss(NAIVE_CODE, path, os.path.join(args.workdir, "naive.tsv"), str(limit))
+    naive_mb = int(out) / 1e6
+    naive = naive_mb / t
+    a, b = size_mb / min(ours), size_mb / min(floor)
+    print(f"(a) ours:  {a:8.1f} MB/s  (best of {args.repeat}, peak RSS {max(rss):.0f} MB)")
+    print(f"(b) floor: {b:8.1f} MB/s  (pyarrow CSV -> Parquet, no transform)")
+    print(f"(c) naive: {naive:8.2f} MB/s  (line-by-line Python on {naive_mb:.0f} MB)")
+    print(f"RESULT ratio_floor={a / b:.3f} ratio_naive={a / naive:.1f} peak_rss_mb={max(rss):.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
