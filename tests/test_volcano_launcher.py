@@ -98,6 +98,7 @@ def complete(out_dir):
         fake.log(NS, f"{JOB}-trainer-0", "trainer-0: exported model")
         for i in (0, 1):
             fake.finish_pod(NS, f"{JOB}-trainer-{i}", 0)
+        fake.finish_pod(NS, f"{JOB}-pserver-0", 137)  # CompleteJob kills the pservers
         fake.set_phase(NS, JOB, "Completed", succeeded=2, running=0)
     return step
 
@@ -109,8 +110,16 @@ def trainer_fails(fake, retry):
     fake.set_phase(NS, JOB, "Running", running=2, failed=1, retryCount=retry)
 
 
+def volcano_kills(fake):
+    # RestartJob: Volcano kills the healthy members first (they end with SIGTERM while being deleted)
+    pod = fake.pods[(NS, f"{JOB}-pserver-0")]
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    fake.finish_pod(NS, f"{JOB}-pserver-0", 143)
+    fake.pods[(NS, f"{JOB}-pserver-0")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+
+
 def volcano_restarts(fake, retry):
-    # RestartJob: Volcano kills every pod (and so their logs) and goes Restarting
+    # ... then all pods (and so their logs) are gone and the job is Restarting
     for key in list(fake.pods):
         fake.delete_pod(*key)
     fake.set_phase(NS, JOB, "Restarting", retryCount=retry)
@@ -139,6 +148,7 @@ def test_create_watch_stream_and_collect_outputs(fake, client, spec, tmp_path):
                  "[trainer-0] trainer-0: exported model", "[pserver-0] pserver-0: serving on ctr-t-pserver-0.ctr-t:36001"):
         assert logs.count(line) == 1, text
     assert "Completed after 1 attempt(s)" in text
+    assert "failed" not in text.replace("failed 0", "")  # killed pservers are not failures
     assert fake.count("delete", "jobs") == 0
 
 
@@ -224,7 +234,8 @@ def test_explain_without_podgroup_and_with_image_pull_errors(fake, client, spec)
 
 def test_failure_keeps_failed_pods_reason_exit_code_and_log_tail(fake, client, spec):
     fake.script = [
-        noop, lambda f: running(f, 0), lambda f: trainer_fails(f, 0), lambda f: volcano_restarts(f, 1),
+        noop, lambda f: running(f, 0), lambda f: trainer_fails(f, 0), volcano_kills,
+        lambda f: volcano_restarts(f, 1),
         lambda f: f.set_phase(NS, JOB, "Pending", retryCount=1), lambda f: running(f, 1),
         lambda f: trainer_fails(f, 1),
         lambda f: (volcano_restarts(f, 2), f.set_phase(NS, JOB, "Failed", reason="", message="",
@@ -238,6 +249,7 @@ def test_failure_keeps_failed_pods_reason_exit_code_and_log_tail(fake, client, s
     assert "ValueError: boom on attempt 1" in err.log_tail and "Traceback" not in err.log_tail  # tail_lines=2
     pods = err.details["failed_pods"]
     assert [p["retry"] for p in pods] == [0, 1] and len({p["uid"] for p in pods}) == 2
+    assert {p["role"] for p in pods} == {"trainer"}  # the pserver Volcano killed is not a cause
     assert "ValueError: boom on attempt 2" in pods[1]["log_tail"]
     assert err.details["retry_count"] == 2
     assert "pod ctr-t-trainer-1 Error" in str(err) and "exit code 3" in str(err)

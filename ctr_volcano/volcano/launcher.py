@@ -265,7 +265,8 @@ class VolcanoLauncher:
                          f"succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}{extra}")
                 st.phase, st.retry = phase, retry
             pods = self._api(self.client.list_pods, self.namespace, f"volcano.sh/job-name={self.name}")
-            self._capture_failures(pods, retry)
+            if phase not in ("Completing", "Completed"):  # CompleteJob kills the pservers on purpose
+                self._capture_failures(pods, retry)
             if self.stream_logs:
                 self._stream(pods, final=phase in TERMINAL_PHASES)
             if phase == "Completed":
@@ -450,7 +451,7 @@ class VolcanoLauncher:
             status = pod.get("status") or {}
             term = _terminated(pod)
             failed = status.get("phase") == "Failed" or (term is not None and term.get("exitCode") not in (0, None))
-            if not failed:
+            if not failed or _killed_by_volcano(pod, term):
                 continue
             name = meta.get("name", "")
             role = (meta.get("labels") or {}).get("volcano.sh/task-spec") or _role_from_name(self.name, name)
@@ -527,6 +528,13 @@ def _terminated(pod: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
         if term:
             return term
     return None
+
+
+def _killed_by_volcano(pod: Mapping[str, Any], term: Optional[Mapping[str, Any]]) -> bool:
+    """A pod Volcano is deleting (RestartJob/CompleteJob kill the healthy members of the gang) that ended
+    by SIGTERM/SIGKILL: a consequence, not a cause, so it is not reported as a failure."""
+    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return deleting and (term is None or term.get("exitCode") in (137, 143))
 
 
 def _pod_problems(pod: Mapping[str, Any]) -> List[str]:
