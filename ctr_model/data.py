@@ -41,7 +41,10 @@ def _check_schema(split_dir: str) -> dict:
     except ImportError:
         check_split_schema = None
     if check_split_schema is not None:
-        result = check_split_schema(split_dir)
+        try:
+            result = check_split_schema(split_dir)
+        except (ValueError, OSError) as exc:     # features.SchemaMismatch and friends
+            raise DataError(str(exc)) from None
         if isinstance(result, dict):
             return result
     path = os.path.join(split_dir, SCHEMA_FILE)
