@@ -165,3 +165,29 @@ def test_gate_runs_publish_only_when_auc_clears_min_auc(local_run, tmp_path):
         assert res.outputs["auc"] == pytest.approx(s["auc"], abs=1e-12)
         published = glob.glob(str(root / "outputs" / "*" / "publish-model" / "published_model"))
         assert bool(published) is expect, (min_auc, published)
+
+
+def test_evaluate_step_is_cached_by_kfp_local(local_run, tmp_path):
+    """evaluate_ctr writes files at its Metrics/ClassificationMetrics paths, so kfp.local can cache it."""
+    from kfp import dsl, local
+
+    from components.evaluate import evaluate_ctr
+
+    s = local_run["summary"]
+    test_split = str(_task_dir(s, "prepare-ctr-data") / "test_data")
+
+    @dsl.pipeline(name="cache-check")
+    def cache_check(model_uri: str, data_uri: str) -> float:
+        model = dsl.importer(artifact_uri=model_uri, artifact_class=dsl.Model)
+        data = dsl.importer(artifact_uri=data_uri, artifact_class=dsl.Dataset)
+        return evaluate_ctr(model=model.output, test_data=data.output).outputs["Output"]
+
+    aucs = []
+    for i in range(2):
+        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "outputs"),
+                   workspace_root=str(tmp_path / f"workspace{i}"), enable_caching=True,
+                   cache_root=str(tmp_path / "cache"))
+        aucs.append(cache_check(model_uri=s["model"], data_uri=test_split).output)
+    assert aucs[0] == aucs[1] == pytest.approx(s["auc"], abs=1e-12)
+    executed = glob.glob(str(tmp_path / "outputs" / "*" / "evaluate-ctr" / "executor_output.json"))
+    assert len(executed) == 1, executed  # the second run was served from the cache
