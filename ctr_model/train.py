@@ -278,10 +278,12 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
     dataset.init(use_var=net.feed_vars, pipe_command="cat", batch_size=config.batch_size,
                  thread_num=config.threads)
     dataset.set_filelist(files)
+    load_s = 0.0
     if config.reader == "inmemory":
         t = time.time()
         dataset.load_into_memory()
-        _log(spec, f"loaded {rows} rows into memory in {time.time() - t:.1f}s")
+        load_s = time.time() - t
+        _log(spec, f"loaded {rows} rows into memory in {load_s:.1f}s")
 
     names = {"pos": net.auc_states[2].name, "neg": net.auc_states[3].name, "loss": "ctr_loss_sum"}
     stat_names = [v.name for v in net.auc_states] + ["ctr_loss_sum"]
@@ -306,7 +308,8 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
                       "loss": loss / n if n else None, "auc": auc_from_stats(pos, neg),
                       "convert_seconds": round(convert_s, 3) if epoch == start_epoch + 1 else 0.0,
                       "convert_wait_seconds": (round(convert_wait, 3) if epoch == start_epoch + 1
-                                               else 0.0)}
+                                               else 0.0),
+                      "load_seconds": round(load_s, 3) if epoch == start_epoch + 1 else 0.0}
             history.append(record)
             _save_history(progress_file, history)
             _log(spec, f"epoch {epoch} done: {int(n)} examples in {seconds:.1f}s "

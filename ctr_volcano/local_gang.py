@@ -186,6 +186,7 @@ class LocalGang:
         self.gang_id = f"{spec.job_id}-{uuid.uuid4().hex[:8]}"
         self._procs: List[_Proc] = []
         self._t_attempt = 0.0
+        self._caches: List[str] = []
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> GangResult:
@@ -245,6 +246,9 @@ class LocalGang:
                         "TRAINING_ROLE", "POD_IP"))}
         base_env.update(spec.extra_env)
         base_env["PYTHONUNBUFFERED"] = "1"
+        # trainers' slot-text cache: inside the attempt dir, so a killed trainer's cache is removed
+        base_env["CTR_CACHE_DIR"] = os.path.join(adir, "cache")
+        self._caches.append(base_env["CTR_CACHE_DIR"])
         self.log(f"gang {self.gang_id}: attempt {attempt}: {spec.pservers} pserver(s) on ports "
                  f"{ports[:-1]}, {spec.trainers} trainer(s); logs in {adir}")
         now = time.time()
@@ -352,6 +356,10 @@ class LocalGang:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        import shutil
+
+        for cache in self._caches:
+            shutil.rmtree(cache, ignore_errors=True)
 
     def _install_signal_handlers(self):
         import threading
