@@ -43,7 +43,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -51,7 +52,7 @@ __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
     "RAW_COLUMNS", "DEFAULT_HASH_BUCKETS", "SCHEMA_FILE", "MIN_HASH_BUCKETS", "HASH_VERSION",
     "SchemaMismatch", "BadRow",
-    "dense_transform", "dense_value", "column_salt", "hash_value", "hash_categorical",
+    "dense_transform", "dense_value", "parse_int_field", "column_salt", "hash_value", "hash_categorical",
     "transform_line", "arrow_schema", "validate_hash_buckets",
     "read_split_schema", "check_split_schema", "write_split_schema", "shard_files",
 ]
@@ -119,23 +120,38 @@ def dense_transform(values: Any) -> np.ndarray:
     return np.log1p(np.maximum(arr, 0.0)).astype(np.float32)
 
 
+# The integer syntax prep's CSV parser (pyarrow) accepts, so the per-line path agrees with it:
+# surrounding spaces, then a decimal with an optional minus, or 0x/0X hex; within int64.
+_INT_RE = re.compile(rb"^ *(?:(-?[0-9]+)|0[xX]([0-9a-fA-F]+)) *$")
+
+
+def parse_int_field(text: Union[str, bytes, None]) -> Optional[int]:
+    """Parse one raw integer field the way prep does; ``None`` for an empty field.
+
+    Raises:
+        BadRow: if the field is not an integer in int64 range.
+    """
+    raw = text.encode("utf-8") if isinstance(text, str) else (text or b"")
+    if raw.strip(b" ") == b"":
+        return None
+    m = _INT_RE.match(raw)
+    if m is None:
+        raise BadRow(f"not an integer: {raw[:40].decode('utf-8', 'replace')!r}")
+    x = int(m.group(1), 10) if m.group(1) is not None else int(m.group(2), 16)
+    if not -(2 ** 63) <= x <= 2 ** 63 - 1:
+        raise BadRow(f"integer out of int64 range: {raw[:40].decode('utf-8', 'replace')!r}")
+    return x
+
+
 def dense_value(text: Union[str, bytes, None]) -> float:
     """The dense transform of one raw TSV field (reference form of :func:`dense_transform`).
 
     Raises:
         BadRow: if the field is neither empty nor an integer.
     """
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    text = (text or "").strip(" ")
-    if text == "":
+    x = parse_int_field(text)
+    if x is None:
         return 0.0
-    try:
-        x = int(text, 10)
-    except ValueError:
-        raise BadRow(f"not an integer: {text[:40]!r}") from None
-    if x > 2 ** 63 - 1 or x < -(2 ** 63):
-        raise BadRow(f"integer out of int64 range: {text[:40]!r}")
     return float(np.float32(math.log1p(max(x, 0))))
 
 
@@ -318,9 +334,12 @@ def transform_line(line: Union[str, bytes], hash_buckets: int = DEFAULT_HASH_BUC
     fields = raw.split(b"\t")
     if len(fields) != len(RAW_COLUMNS):
         raise BadRow(f"wrong field count: {len(fields)} fields, expected {len(RAW_COLUMNS)}")
-    label_text = fields[0].strip(b" ")
-    if label_text not in (b"0", b"1"):
-        raise BadRow(f"label not 0/1: {label_text[:40].decode('utf-8', 'replace')!r}")
+    try:
+        label = parse_int_field(fields[0])
+    except BadRow:
+        label = None
+    if label not in (0, 1):
+        raise BadRow(f"label not 0/1: {fields[0][:40].decode('utf-8', 'replace')!r}")
     dense = np.zeros(NUM_DENSE, dtype=np.float32)
     for i, field in enumerate(fields[1:1 + NUM_DENSE]):
         try:
@@ -329,7 +348,7 @@ def transform_line(line: Union[str, bytes], hash_buckets: int = DEFAULT_HASH_BUC
             raise BadRow(f"non-integer in integer column {DENSE_COLUMNS[i]}: {exc.reason}") from None
     sparse = np.array([hash_value(f, j + 1, hash_buckets)
                        for j, f in enumerate(fields[1 + NUM_DENSE:])], dtype=np.int64)
-    return int(label_text), dense, sparse
+    return int(label), dense, sparse
 
 
 def arrow_schema():

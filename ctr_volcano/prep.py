@@ -247,15 +247,6 @@ def _reason_from_error(msg: str) -> Tuple[str, str]:
     return "wrong field count", f"unparseable line: {msg.strip().splitlines()[0][:120]}"
 
 
-class _Block:
-    """One parsed block: good rows (raw arrow types), their 0-based line indices, rejects."""
-
-    def __init__(self) -> None:
-        self.tables: List[Any] = []
-        self.rows: List[np.ndarray] = []
-        self.rejects: List[Tuple[int, str, str, bytes]] = []  # (line index, category, detail, text)
-
-
 def _parse_block(text: bytes, n_lines: int
                  ) -> Tuple[Any, np.ndarray, List[Tuple[int, str, str, bytes]]]:
     """Parse a block of ``n_lines`` whole lines; returns (table, row line indices, rejects)."""
@@ -367,7 +358,6 @@ def _transform(table, hash_buckets: int) -> Tuple[Any, np.ndarray]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = table.num_rows
     missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
     cols = [pa.array(table.column(0).to_numpy(zero_copy_only=False).astype(np.int8))]
     for j, name in enumerate(DENSE_COLUMNS):
@@ -379,9 +369,7 @@ def _transform(table, hash_buckets: int) -> Tuple[Any, np.ndarray]:
         ids = hash_categorical(table.column(1 + len(DENSE_COLUMNS) + c), c + 1, hash_buckets)
         missing[len(DENSE_COLUMNS) + c] = int(np.count_nonzero(ids == c))
         cols.append(pa.array(ids))
-    out = pa.Table.from_arrays(cols, names=list(RAW_COLUMNS))
-    assert out.num_rows == n
-    return out, missing
+    return pa.Table.from_arrays(cols, names=list(RAW_COLUMNS)), missing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -599,7 +587,10 @@ class _Accumulator:
 
     def stats(self, train: _ShardSet, test: _ShardSet, seconds: float) -> Dict[str, Any]:
         good = self.rows_train + self.rows_test
-        assert self.rows_in == good + self.rows_rejected, "row accounting broke"
+        if self.rows_in != good + self.rows_rejected:  # a bug, never bad input
+            raise RuntimeError(f"row accounting broke: rows_in={self.rows_in} != train "
+                               f"{self.rows_train} + test {self.rows_test} + rejected "
+                               f"{self.rows_rejected}")
         total_bytes = sum(i["bytes"] for i in self.inputs)
         return {
             "schema_version": SCHEMA_VERSION,

@@ -290,3 +290,34 @@ def test_cli_prep_and_gen_data(tmp_path, capsys, sample_dir):
     assert main(["prep", "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "o"),
                  "--test-fraction", "2"]) == 2
     assert "test_fraction=2.0" in capsys.readouterr().err
+
+
+def test_prep_and_the_reference_line_parser_agree_on_odd_fields(tmp_path):
+    """Accept/reject and values of odd integer spellings match ctr_model.features.transform_line."""
+    base = KAGGLE_LINES[0].split("\t")
+    lines = []
+    for value in (" 5 ", "0x10", "0X1f", "010", "-0", "1_000", "\uff11", "-0x10", "+5", "1.5",
+                  "1e3", "9223372036854775807", "9223372036854775808", "- 5", "0x"):
+        f = list(base)
+        f[3] = value
+        lines.append("\t".join(f))
+    for label in ("0", " 1", "0x1", "2", "", "-1", "01"):
+        f = list(base)
+        f[0] = label
+        lines.append("\t".join(f))
+    raw = tmp_path / "odd.tsv"
+    raw.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    stats = prep([str(raw)], str(tmp_path / "out"),
+                 PrepConfig(max_bad_fraction=1.0, test_fraction=0.01, seed=0, max_examples=100))
+    rejected = {e["line"] for e in stats["rejected_examples"]}
+    expected_ok = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            expected_ok.append(F.transform_line(line))
+            assert n not in rejected, (n, line[:20])
+        except F.BadRow:
+            assert n in rejected, (n, line[:20])
+    _assert_invariant(stats)
+    table = pa.concat_tables([_read_split(tmp_path / "out" / s) for s in ("train", "test")])
+    got = sorted(zip(table.column("label").to_pylist(), table.column("I3").to_pylist()))
+    assert got == sorted((e[0], float(e[1][2])) for e in expected_ok)
