@@ -28,8 +28,8 @@ __all__ = ["ctr_training_pipeline", "PIPELINE_NAME", "DEFAULT_DATA_URI", "DEFAUL
 PIPELINE_NAME = "ctr-training-pipeline"
 #: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see docs/pipelines.md).
 DEFAULT_DATA_URI = "minio://mlpipeline/ctr-volcano/data/sample"
-#: The ReadWriteMany PVC shared by the training step and its Volcano gang (see docs/pipelines.md).
-DEFAULT_PVC_NAME = "ctr-volcano-shared"
+#: The ReadWriteMany PVC shared by the training step and its Volcano gang (deploy/pvc-example.yaml).
+DEFAULT_PVC_NAME = "ctr-data"
 #: Where the training step and the gang's pods mount it.
 PVC_MOUNT_PATH = "/mnt/ctr"
 
