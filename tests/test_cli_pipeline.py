@@ -216,3 +216,22 @@ def test_every_pipeline_parameter_has_a_default_and_a_description(tmp_path):
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == ["check_auc_gate.yaml", "ctr_training_pipeline.yaml", "evaluate_ctr.yaml",
                        "prepare_ctr_data.yaml", "publish_model.yaml", "train_ctr.yaml"]
+
+
+def test_run_refuses_missing_data_and_unknown_params(tmp_path, capsys):
+    assert cli.main(["run", "--data", str(tmp_path / "nope"), "--workdir", str(tmp_path / "w")]) == 2
+    assert "data=" in capsys.readouterr().err
+    assert cli.main(["run", "--workdir", str(tmp_path / "w"), "-p", "epochz=1"]) == 2
+    assert "not a pipeline parameter" in capsys.readouterr().err
+    assert not (tmp_path / "w" / "summary.json").exists()
+
+
+def test_run_with_bad_raw_data_fails_clearly_in_the_prep_step(tmp_path, capsys):
+    raw = tmp_path / "raw.tsv"
+    raw.write_text("this is not criteo\n" * 50)
+    rc = cli.main(["run", "--data", str(raw), "--workdir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Inner task failed: 'prepare-ctr-data'" in err and "\x1b[" not in err
+    assert str(tmp_path / "w" / "runs") in err
+    assert not (tmp_path / "w" / "summary.json").exists()
