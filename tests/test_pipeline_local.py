@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import NamedTuple
 

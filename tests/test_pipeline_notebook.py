@@ -1,5 +1,4 @@
 """The example notebook runs top to bottom (real kfp.local run, real training) on tiny data."""
-import os
 from pathlib import Path
 
 import nbformat
