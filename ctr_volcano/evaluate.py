@@ -34,7 +34,7 @@ __all__ = [
 
 #: Probabilities are clipped to ``[eps, 1 - eps]`` before the log: float32 models emit exact 0/1.
 LOGLOSS_EPS = 1e-7
-#: Rows per scoring batch: big enough to amortize Paddle's per-call overhead, small enough for memory.
+#: Rows per scoring batch: big enough to amortize the scorer's per-batch overhead, small enough for memory.
 DEFAULT_BATCH_SIZE = 8192
 #: The ROC curve stored in metrics and shown in the KFP UI is thinned to at most this many points.
 ROC_MAX_POINTS = 201
