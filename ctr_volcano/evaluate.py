@@ -361,6 +361,19 @@ def _collect(batches: Iterable[Tuple[Any, Any]]) -> Tuple[np.ndarray, np.ndarray
     return np.concatenate(ys), np.concatenate(ps)
 
 
+def _context(model_dir: str, split_dir: str, meta: Dict[str, Any]) -> Dict[str, str]:
+    """What was evaluated, for the report's header table (only what is known)."""
+    ctx = {"model": os.path.abspath(model_dir), "test split": os.path.abspath(split_dir)}
+    if "hash_buckets" in meta:
+        ctx["hash buckets"] = f"{int(meta['hash_buckets']):,}"
+    if "pservers" in meta and "trainers" in meta:
+        ctx["trained by"] = f"{meta['pservers']} pserver(s) x {meta['trainers']} trainer(s)"
+    config = meta.get("config") or {}
+    if "epochs" in config:
+        ctx["epochs"] = str(config["epochs"])
+    return ctx
+
+
 def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 0.5,
              batch_size: int = DEFAULT_BATCH_SIZE, scorer: Any = None) -> Dict[str, Any]:
     """Score the test split with the exported model and write ``metrics.json`` and ``report.html``.
@@ -410,6 +423,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
         raise BadInput("data", split_dir, f"scored {labels.size} rows but schema.json says {expected}: "
                                           "the split is incomplete or was modified; re-run the prep step")
     metrics = compute_metrics(labels, probs, threshold=threshold)
+    metrics["context"] = _context(model_dir, split_dir, meta)
     os.makedirs(out_dir, exist_ok=True)
     report_path = os.path.join(out_dir, "report.html")
     metrics.update({"model_dir": os.path.abspath(model_dir), "data_dir": os.path.abspath(split_dir),
