@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 __all__ = [
-    "HERE", "BUILD_SCRIPT", "CRD_DIRS", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
+    "HERE", "BUILD_SCRIPT", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
     "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
     "NodeShape",
 ]
@@ -45,9 +45,6 @@ __all__ = [
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
 REPO = HERE.parents[1]
-#: Where the real Volcano CRD schemas live (shared/ beside the work tree, as laid out for the team;
-#: overridable with CTR_VOLCANO_CRD_DIR).
-CRD_DIRS: Sequence[Path] = ()
 OUTCOME_LABEL = "kwok-test/outcome"
 AFTER_ANNOTATION = "kwok-test/after"
 MESSAGE_ANNOTATION = "kwok-test/message"
@@ -144,6 +141,8 @@ def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 
 def _default_crd_dirs() -> List[Path]:
+    """The real Volcano CRD schemas: ``shared/volcano/crd`` beside the checkout (and its
+    ``runtime/``), or ``$CTR_VOLCANO_CRD_DIR``."""
     env = os.environ.get("CTR_VOLCANO_CRD_DIR")
     if env:
         base = Path(env)
@@ -404,7 +403,11 @@ class MiniCluster:
         tokens = self.workdir / "pki" / "tokens.csv"
         tokens.write_text(f'{self.admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},"system:masters"\n')
         tokens.chmod(0o600)
-        admission_off = [] if self.kube_controller_manager else ["ServiceAccount"]
+        # TaintNodesByCondition taints every new Node not-ready; the node-lifecycle controller that
+        # would lift it is not run (kwok nodes have no heartbeat to watch), so the plugin is off.
+        admission_off = ["TaintNodesByCondition"]
+        if not self.kube_controller_manager:
+            admission_off.append("ServiceAccount")
         self._spawn("kube-apiserver", [
             "kube-apiserver",
             f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
@@ -420,8 +423,7 @@ class MiniCluster:
             # Reach "kubelets" (kwok) only at their InternalIP (127.0.0.1): never resolve node names.
             "--kubelet-preferred-address-types=InternalIP",
             f"--cert-dir={self.workdir / 'pki'}",
-            "--disable-admission-plugins=" + ",".join(admission_off) if admission_off
-            else "--enable-admission-plugins=ServiceAccount",
+            "--disable-admission-plugins=" + ",".join(admission_off),
         ])
         write_kubeconfig(self.kubeconfig, self.server, self.pki["ca"], self.admin_token,
                          user=ADMIN_TOKEN_USER)
@@ -450,14 +452,14 @@ class MiniCluster:
             f"--scheduler-conf={conf}", "--leader-elect=false",
             f"--schedule-period={self.schedule_period}",
             f"--listen-address=127.0.0.1:{_free_port()}", f"--healthz-address=127.0.0.1:{_free_port()}",
-            "--kube-api-qps=200", "--kube-api-burst=400", "-v=2", "--logtostderr",
+            "--kube-api-qps=200", "--kube-api-burst=400", "-v=2",
         ])
         self._spawn("vc-controller-manager", [
             "vc-controller-manager", f"--kubeconfig={self.kubeconfig}", "--scheduler-name=volcano",
             "--leader-elect=false",
             "--controllers=job-controller,pg-controller,queue-controller,gc-controller",
             f"--listen-address=127.0.0.1:{_free_port()}", f"--healthz-address=127.0.0.1:{_free_port()}",
-            "--kube-api-qps=200", "--kube-api-burst=400", "-v=2", "--logtostderr",
+            "--kube-api-qps=200", "--kube-api-burst=400", "-v=2",
         ])
 
     def _start_kwok(self) -> None:
