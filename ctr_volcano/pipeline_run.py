@@ -113,7 +113,7 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     Args:
         data: raw Criteo TSV file or directory; defaults to the committed sample (``data/sample``).
         workdir: receives ``summary.json``, ``model/``, ``report.html``, ``metrics.json`` and
-            ``runs/<run>/`` (every task's outputs and executor logs, kept for inspection).
+            ``runs/<run>/outputs/`` (every task's outputs and executor logs, kept for inspection).
         params: pipeline arguments overriding the defaults and :data:`LOCAL_OVERRIDES`.
 
     Returns:
@@ -148,6 +148,12 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     # kfp.local rmtree()s workspace_root when the run ends: give it its own throwaway directory.
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir / "outputs"),
                workspace_root=str(run_dir / "workspace"), raise_on_error=True, enable_caching=False)
+    # The steps' scratch files (the training gang's logs and checkpoints) go to one short-pathed
+    # directory per run (sockets live there too, and AF_UNIX paths are limited to 108 bytes): removed
+    # after a successful run, kept for diagnosis after a failed one.
+    scratch = tempfile.mkdtemp(prefix="ctr-run-")
+    saved_tmpdir = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = scratch
     started = time.monotonic()
     try:
         with warnings.catch_warnings():
@@ -158,7 +164,13 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     except RuntimeError as exc:
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).rstrip(".")
         raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
-                             f"under {run_dir / 'outputs'}") from exc
+                             f"under {run_dir / 'outputs'}, scratch files (gang logs) under {scratch}") from exc
+    finally:
+        if saved_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_tmpdir
+    shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.monotonic() - started
 
     outs = task.outputs

@@ -1,4 +1,6 @@
 """The example notebook runs top to bottom (real kfp.local run, real training) on tiny data."""
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -12,7 +14,17 @@ pytestmark = pytest.mark.slow
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "ctr_pipeline.ipynb"
 
 
-def test_example_notebook_executes(tmp_path, sample_dir, monkeypatch):
+@pytest.fixture
+def short_tmpdir(monkeypatch):
+    """A short TMPDIR for the kernel, so the training gang's scratch files are removed afterwards
+    (short: the gang puts AF_UNIX sockets there, whose paths are limited to 108 bytes)."""
+    path = tempfile.mkdtemp(prefix="ctr-nb-")
+    monkeypatch.setenv("TMPDIR", path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_example_notebook_executes(tmp_path, sample_dir, monkeypatch, short_tmpdir):
     raw = _tiny_raw(sample_dir, tmp_path / "raw", rows=3000)
     monkeypatch.setenv("CTR_NOTEBOOK_DATA", str(raw))
     monkeypatch.setenv("CTR_NOTEBOOK_EPOCHS", "1")
