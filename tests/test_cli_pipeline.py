@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
+import shutil
 import threading
 import urllib.parse
 
@@ -235,3 +237,6 @@ def test_run_with_bad_raw_data_fails_clearly_in_the_prep_step(tmp_path, capsys):
     assert "Inner task failed: 'prepare-ctr-data'" in err and "\x1b[" not in err
     assert str(tmp_path / "w" / "runs") in err
     assert not (tmp_path / "w" / "summary.json").exists()
+    scratch = re.search(r"scratch files \(gang logs\) under (\S+)", err)[1]
+    assert os.path.isdir(scratch)  # kept for diagnosis after a failure
+    shutil.rmtree(scratch)
