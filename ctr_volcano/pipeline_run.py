@@ -232,6 +232,8 @@ def compile_all(out_dir: Optional[str] = None) -> List[str]:
     from kfp import compiler
 
     root = Path(__file__).resolve().parents[1]
+    if out_dir is None and not (root / "setup.py").is_file():
+        raise BadInput("--out-dir", None, f"{root} is an installed copy, not a source tree: pass --out-dir DIR")
     written = []
     for rel, func in compiled_files().items():
         dst = Path(out_dir) / Path(rel).name if out_dir else root / rel
