@@ -67,7 +67,7 @@ def ctr_training_pipeline(
         data_uri: raw Criteo TSV data (a file or a directory of files), as a URI the pipeline can read: minio://, s3:// or gs:// on a cluster, a local path under kfp.local.
         hash_buckets: size of the categorical feature hash space (embedding rows).
         test_fraction: share of rows held out for evaluation.
-        shards: number of Parquet shards per split (at least trainers x reader threads).
+        shards: number of training-data shards; trainers take whole shards, so use a multiple of trainers.
         max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
         seed: seed of the train/test split.
         backend: where training runs: "volcano" (a Volcano Job of pservers and trainers) or "local" (the same gang as processes in the step's pod).
