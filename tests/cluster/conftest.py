@@ -27,6 +27,8 @@ sys.path.insert(0, str(REPO / "tools" / "minicluster"))
 
 import minicluster as mc  # noqa: E402  (tools/minicluster is not a package)
 
+from tests.cluster.helpers import SHIPPED_RBAC  # noqa: E402
+
 NODE_LABEL = "minicluster.test/pool"
 _counter = itertools.count()
 
@@ -117,7 +119,7 @@ class Sandbox:
     namespace: str
     pool: str
     nodes: List[str] = field(default_factory=list)
-    #: kubeconfig of the launcher's ServiceAccount, bound to the shipped Role only (not admin).
+    #: kubeconfig of the ServiceAccount bound by the shipped deploy/rbac.yaml (not admin).
     launcher_kubeconfig: str = ""
 
     @property
@@ -137,25 +139,38 @@ class Sandbox:
 
 
 def apply_launcher_rbac(cluster, namespace: str) -> Path:
-    """Apply the product's launcher RBAC (ServiceAccount, Role, RoleBinding) in ``namespace`` and
-    return a kubeconfig holding that ServiceAccount's token."""
+    """Apply the shipped ``deploy/rbac.yaml`` in ``namespace`` (as ``kubectl apply -n`` would: the
+    objects' and the binding subjects' namespace become ``namespace``), create the ServiceAccount it
+    binds, and return a kubeconfig holding that ServiceAccount's token."""
+    import yaml
     from kubernetes import client
-
-    from ctr_volcano.volcano.rbac import DEFAULT_SERVICE_ACCOUNT, build_rbac
 
     api = cluster.api_client()
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    for doc in build_rbac(namespace):
+    accounts = []
+    for doc in yaml.safe_load_all(SHIPPED_RBAC.read_text()):
+        if not doc:
+            continue
+        doc["metadata"]["namespace"] = namespace
         kind = doc["kind"]
         if kind == "ServiceAccount":
             core.create_namespaced_service_account(namespace, doc)
+            accounts.append(doc["metadata"]["name"])
         elif kind == "Role":
             rbac.create_namespaced_role(namespace, doc)
         elif kind == "RoleBinding":
+            for subject in doc["subjects"]:
+                subject["namespace"] = namespace
+                if subject["kind"] == "ServiceAccount" and subject["name"] not in accounts:
+                    core.create_namespaced_service_account(namespace, {
+                        "apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": {"name": subject["name"]}})
+                    accounts.append(subject["name"])
             rbac.create_namespaced_role_binding(namespace, doc)
-        else:  # pragma: no cover - build_rbac is namespaced by design
-            raise AssertionError(f"unexpected RBAC object {kind}")
-    return cluster.service_account_kubeconfig(namespace, DEFAULT_SERVICE_ACCOUNT)
+        else:
+            raise AssertionError(f"{SHIPPED_RBAC} holds a {kind}; the launcher's RBAC must stay namespaced")
+    assert len(accounts) == 1, f"{SHIPPED_RBAC} should bind exactly one ServiceAccount: {accounts}"
+    return cluster.service_account_kubeconfig(namespace, accounts[0])
 
 
 @pytest.fixture

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
 __all__ = ["wait_for", "job_pods", "set_outcome", "get_job", "get_podgroups", "pod_phases",
            "bound_pods", "make_spec", "write_training_outputs", "LauncherThread", "job_phase", "running_pods", "finish_trainers", "GangMonitor", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
-           "EXIT_CODE_ANNOTATION", "plain_job"]
+           "EXIT_CODE_ANNOTATION", "plain_job", "SHIPPED_RBAC"]
 
+#: The launcher's RBAC as shipped to users; the cluster tier runs every launcher with its token.
+SHIPPED_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 OUTCOME_LABEL = "kwok-test/outcome"
 AFTER_ANNOTATION = "kwok-test/after"
 MESSAGE_ANNOTATION = "kwok-test/message"

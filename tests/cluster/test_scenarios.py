@@ -332,18 +332,21 @@ def test_higher_priority_pending_gang_is_scheduled_first(cluster, sandbox, tmp_p
 
 # 8 ------------------------------------------------------------------------------------------------
 def test_launcher_identity_is_the_shipped_role_not_admin(cluster, sandbox, tmp_path):
-    """The launcher's token (every scenario above uses it) is the ServiceAccount bound to the
-    shipped Role: it can run a gang here, and nothing cluster-wide or in other namespaces."""
+    """The launcher's token (every scenario above uses it) is the ServiceAccount bound by the shipped
+    deploy/rbac.yaml: it can run a gang here, and nothing cluster-wide or in other namespaces."""
+    import yaml
     from kubernetes import client, config
 
-    from ctr_volcano.volcano.rbac import DEFAULT_SERVICE_ACCOUNT
+    from tests.cluster.helpers import SHIPPED_RBAC
 
+    binding = next(d for d in yaml.safe_load_all(SHIPPED_RBAC.read_text()) if d and d["kind"] == "RoleBinding")
+    account = binding["subjects"][0]["name"]
     sa_api = config.new_client_from_config(config_file=sandbox.launcher_kubeconfig)
     try:
         review = client.AuthenticationV1Api(sa_api).create_self_subject_review(
             {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
         user = review.status.user_info
-        assert user.username == f"system:serviceaccount:{sandbox.namespace}:{DEFAULT_SERVICE_ACCOUNT}"
+        assert user.username == f"system:serviceaccount:{sandbox.namespace}:{account}"
         assert "system:masters" not in (user.groups or [])
 
         def forbidden(call) -> bool:
