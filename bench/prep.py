@@ -52,7 +52,7 @@ from ctr_volcano import prep as P
 read_opts, parse_opts, convert_opts = P._csv_options()
 writer, pending, rows = None, None, 0
 with ThreadPoolExecutor(1) as pool:  # same block reading and write overlap as prep, no transform
-    for _, text in P._blocks(sys.argv[1], 32 << 20):
+    for _, text, _ in P._blocks(sys.argv[1], 32 << 20):
         table = pacsv.read_csv(pa.py_buffer(text), read_options=read_opts,
                                parse_options=parse_opts, convert_options=convert_opts)
         if writer is None:

@@ -157,8 +157,8 @@ def _open(path: str):
                        f"permissions") from None
 
 
-def _blocks(path: str, block_bytes: int) -> Iterator[Tuple[int, bytes]]:
-    """Yield ``(first_line_number, text)`` with whole lines; line numbers are 1-based."""
+def _blocks(path: str, block_bytes: int) -> Iterator[Tuple[int, bytes, int]]:
+    """Yield ``(first_line_number, text, lines)`` with whole lines; line numbers are 1-based."""
     line_no = 1
     pending = b""
     stream = _open(path)
@@ -180,10 +180,11 @@ def _blocks(path: str, block_bytes: int) -> Iterator[Tuple[int, bytes]]:
                                    "does not look like a Criteo TSV file (40 tab-separated fields)")
                 continue
             block, pending = data[:cut + 1], data[cut + 1:]
-            yield line_no, block
-            line_no += block.count(b"\n")
+            n_lines = block.count(b"\n")
+            yield line_no, block, n_lines
+            line_no += n_lines
         if pending:
-            yield line_no, pending
+            yield line_no, pending, 1
     finally:
         stream.close()
 
@@ -475,8 +476,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
                     if item is None:
                         break
                     next_block = pool.submit(next, blocks, None)
-                    first_line, text = item
-                    n_lines = text.count(b"\n") + (0 if text.endswith(b"\n") else 1)
+                    first_line, text, n_lines = item
                     table, row_idx, rejects = _parse_block(text, n_lines)
                     del text
                     file_lines += n_lines
