@@ -2,9 +2,9 @@
 
 Criteo files are large (GBs to TBs, often gzipped), so prep never holds more than a few blocks of
 text: it reads ``block_bytes`` at a time (cut at a line end), parses each block with pyarrow's
-multithreaded CSV reader, transforms it with vectorised numpy (:mod:`ctr_model.features`, the same
-code training, evaluation and serving use), and hands it to a writer thread while the next block is
-read. A block that pyarrow cannot parse as-is (a wrong field count, a non-integer in an integer
+multithreaded CSV reader, and hands it to a second thread that transforms it with vectorised numpy
+(:mod:`ctr_model.features`, the same code training, evaluation and serving use) and writes it, while
+a third thread reads (and gunzips) the next block. A block that pyarrow cannot parse as-is (a wrong field count, a non-integer in an integer
 column, a stray carriage return) goes through a careful path that checks field counts line by
 line and bisects the rest with the same parser, so every bad line is rejected with its exact file,
 line number and reason and every good line is kept. ``rows_in == rows_train + rows_test +
