@@ -11,7 +11,8 @@ pservers never exit by themselves; trainers hang forever when a pserver dies):
   up to ``max_retry`` times, like ``PodFailed -> RestartJob``; then :class:`TrainingJobFailed` names
   the role, its exit code and its log tail;
 * all trainers succeeded -> pservers stopped -> success (``TaskCompleted -> CompleteJob``);
-* SIGINT/SIGTERM and every error path reap every child process group; nothing is orphaned.
+* SIGINT/SIGTERM and every error path reap every child process group; if the supervisor itself is
+  SIGKILLed, a small reaper process kills every process carrying the gang's marker variable.
 
 Progress, for the watchdog, is any growth of a trainer's log (the trainers print progress lines
 every few seconds while their examples count moves).
@@ -177,6 +178,24 @@ def _tail(path: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+_REAPER = """
+import os, signal, sys, time
+from ctr_volcano.local_gang import gang_processes
+parent, gang = int(sys.argv[1]), sys.argv[2]
+while True:
+    time.sleep(0.5)
+    if os.getppid() != parent:
+        break
+for _ in range(3):
+    for pid in gang_processes(gang):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.3)
+"""
+
+
 class LocalGang:
     """Runs one :class:`GangSpec` to completion (see the module docstring for the semantics)."""
 
@@ -198,6 +217,10 @@ class LocalGang:
         """
         t_start = time.time()
         handlers = self._install_signal_handlers()
+        # If this process is SIGKILLed nothing here runs: a tiny reaper (its own session, so a
+        # Ctrl-C of the terminal does not hit it) then kills every process carrying the gang marker.
+        reaper = subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), self.gang_id],
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             failure: Optional[TrainingJobFailed] = None
             for attempt in range(1, self.spec.max_retry + 2):
@@ -224,6 +247,8 @@ class LocalGang:
         finally:
             self._teardown()
             self._restore_signal_handlers(handlers)
+            reaper.kill()
+            reaper.wait()
 
     # -- one attempt ----------------------------------------------------------------------------
     def _attempt(self, attempt: int) -> Dict[str, str]:

@@ -166,6 +166,33 @@ def test_sigterm_reaps_every_child(job_id, tiny_data, tmp_path):
     assert job_processes(job_id) == []
 
 
+def test_sigkill_of_the_supervisor_leaves_no_orphans(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-0": "silent", "trainer-1": "silent"},
+                     max_retry=0, stall_timeout_s=600)
+    driver = textwrap.dedent("""
+        import json, sys
+        from ctr_volcano.local_gang import GangSpec, LocalGang
+        LocalGang(GangSpec(**json.loads(sys.argv[1])), log=print).run()
+    """)
+    args = {k: (list(v) if isinstance(v, tuple) else dict(v) if k in ("extra_env", "train_config") else v)
+            for k, v in spec.__dict__.items()}
+    proc = subprocess.Popen([sys.executable, "-c", driver, json.dumps(args)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while len(job_processes(job_id)) < 6 and time.time() < deadline:
+            time.sleep(0.2)
+        assert len(job_processes(job_id)) >= 6
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 10
+        while job_processes(job_id) and time.time() < deadline:
+            time.sleep(0.2)
+        assert job_processes(job_id) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_gang_spec_validation(tmp_path):
     with pytest.raises(BadInput, match="pservers"):
         GangSpec(job_id="x", pservers=0, trainers=1, data_dir="d", output_dir="o", workdir="w")
