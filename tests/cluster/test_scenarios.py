@@ -153,6 +153,8 @@ def test_completion_ends_pservers_and_step_succeeds(cluster, sandbox, tmp_path):
     wait_for("pservers ended", lambda: not any(
         p.metadata.name in pservers for p in running_pods(api, ns, "done")), timeout=30)
     assert "Completed" in run.log
+    # The pods' logs reached the step log (pods/log -> kube-apiserver -> kwok's kubelet API).
+    assert "[trainer-0] kwok: simulated container" in run.log, run.log
 
 
 # 4 ------------------------------------------------------------------------------------------------
