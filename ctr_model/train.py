@@ -313,7 +313,7 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
             history.append(record)
             _save_history(progress_file, history)
             _log(spec, f"epoch {epoch} done: {int(n)} examples in {seconds:.1f}s "
-                       f"({record['examples_per_sec']:.0f} ex/s), loss {record['loss']:.4f}, "
+                       f"({record['examples_per_sec']:.0f} ex/s), loss {record['loss'] or float('nan'):.4f}, "
                        f"auc {record['auc']:.4f}")
             _save_checkpoint(spec, config, fleet, exe, epoch)
     finally:
