@@ -135,10 +135,17 @@ def test_evaluate_verb_reproduces_the_pipeline_metrics(local_run, tmp_path):
 
 
 def test_gate_runs_publish_only_when_auc_clears_min_auc(local_run, tmp_path):
-    """The gate under kfp.local, both ways, with the real model and split (no training)."""
-    from kfp import dsl, local
+    """The gate under kfp.local, both ways, with the real model and split (no training).
 
-    from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
+    The components are loaded from the committed YAML files, as users who load components from files
+    do, so this also runs those files for real.
+    """
+    from kfp import components, dsl, local
+
+    repo = Path(__file__).resolve().parents[1]
+    evaluate_ctr, check_auc_gate, publish_model = (
+        components.load_component_from_file(str(repo / "components" / f"{name}.yaml"))
+        for name in ("evaluate_ctr", "check_auc_gate", "publish_model"))
 
     s = local_run["summary"]
     test_split = str(_task_dir(s, "prepare-ctr-data") / "test_data")
