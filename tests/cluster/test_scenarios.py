@@ -66,11 +66,13 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 # 1 ------------------------------------------------------------------------------------------------
-def test_gang_all_or_nothing(cluster, sandbox, tmp_path):
-    """Nodes fit 4 pods; two 2x2 gangs submitted together: one runs whole, the other gets no pod
-    bound until the first finishes; never a partial gang."""
+@pytest.mark.parametrize("room", [4, 6], ids=["room-for-4", "room-for-6"])
+def test_gang_all_or_nothing(cluster, sandbox, tmp_path, room):
+    """Nodes fit 4 (or 6) pods; two 2x2 gangs submitted together: one runs whole, the other gets no
+    pod bound until the first finishes (with room for 6, even though 2 of its 4 pods would fit);
+    never a partial gang."""
     api, ns = sandbox.api(), sandbox.namespace
-    sandbox.add_nodes(2, cpu="2")
+    sandbox.add_nodes(room // 2, cpu="2")
     out = {j: _out(tmp_path, j) for j in ("gang-a", "gang-b")}
     monitor = GangMonitor(api, ns, list(out), GANG).start()
     runs = {j: LauncherThread(sandbox.launcher_kubeconfig, make_spec(sandbox, j, out[j])).start()

@@ -446,7 +446,7 @@ class MiniCluster:
         ])
 
     def _start_volcano(self) -> None:
-        conf = HERE / "volcano-scheduler.conf"
+        conf = Path(os.environ.get("CTR_VOLCANO_SCHEDULER_CONF") or HERE / "volcano-scheduler.conf")
         self._spawn("vc-scheduler", [
             "vc-scheduler", f"--kubeconfig={self.kubeconfig}", "--scheduler-name=volcano",
             f"--scheduler-conf={conf}", "--leader-elect=false",
