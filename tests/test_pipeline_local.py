@@ -197,3 +197,27 @@ def test_evaluate_step_is_cached_by_kfp_local(local_run, tmp_path):
     assert aucs[0] == aucs[1] == pytest.approx(s["auc"], abs=1e-12)
     executed = glob.glob(str(tmp_path / "outputs" / "*" / "evaluate-ctr" / "executor_output.json"))
     assert len(executed) == 1, executed  # the second run was served from the cache
+
+
+def test_evaluate_component_outputs_for_the_ui(local_run, tmp_path):
+    """What the KFP UI reads: scalar metrics, ROC points, a 2x2 confusion matrix, an HTML file."""
+    from kfp import dsl
+
+    from components.evaluate import evaluate_ctr
+
+    s = local_run["summary"]
+    test_split = str(_task_dir(s, "prepare-ctr-data") / "test_data")
+    metrics, roc = dsl.Metrics(uri=str(tmp_path / "m")), dsl.ClassificationMetrics(uri=str(tmp_path / "c"))
+    report = dsl.HTML(uri=str(tmp_path / "r.html"))
+    auc = evaluate_ctr.python_func(model=dsl.Model(uri=s["model"]), test_data=dsl.Dataset(uri=test_split),
+                                   metrics=metrics, classification=roc, report=report, threshold=0.3)
+    assert auc == pytest.approx(s["auc"], abs=1e-12)
+    assert set(metrics.metadata) == {"auc", "logloss", "rows", "positive_rate", "mean_prediction", "accuracy"}
+    assert json.loads((tmp_path / "m").read_text())["auc"] == auc  # a file at the path: cacheable
+    points = roc.metadata["confidenceMetrics"]
+    assert 2 < len(points) <= 201
+    assert {"confidenceThreshold", "recall", "falsePositiveRate"} <= set(points[0])
+    cm = roc.metadata["confusionMatrix"]
+    assert [a["displayName"] for a in cm["annotationSpecs"]] == ["no click", "click"]
+    assert sum(sum(r["row"]) for r in cm["rows"]) == s["rows"]
+    assert "<svg" in (tmp_path / "r.html").read_text()
