@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ from google.protobuf import json_format
 from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from ctr_volcano.pipeline_run import compile_all, compiled_files
+from ctr_volcano.pipeline_run import compiled_files
 
 REPO = Path(__file__).resolve().parents[1]
 REGENERATE = "ctr-volcano compile   (then review and commit pipelines/*.yaml and components/*.yaml)"
@@ -19,8 +22,13 @@ COMMITTED = sorted(compiled_files())
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
+    """A fresh compile, in a clean interpreter without image overrides (they change base images)."""
     out = tmp_path_factory.mktemp("compiled")
-    compile_all(str(out))
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("CTR_VOLCANO_") and k.endswith("_IMAGE"))}
+    code = f"from ctr_volcano.pipeline_run import compile_all; compile_all({str(out)!r})"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
