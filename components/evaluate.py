@@ -13,12 +13,12 @@ counts an artifact with no file as a cache miss, so without it these steps would
 from kfp import dsl
 from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
-from ctr_volcano.images import COMPONENT_IMAGE
+from ctr_volcano.images import component_image
 
 __all__ = ["evaluate_ctr", "check_auc_gate", "publish_model"]
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=component_image(), install_kfp_package=False)
 def evaluate_ctr(
     model: Input[Model],
     test_data: Input[Dataset],
@@ -67,7 +67,7 @@ def evaluate_ctr(
     return float(result["auc"])
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=component_image(), install_kfp_package=False)
 def check_auc_gate(auc: float, min_auc: float = 0.7) -> bool:
     """Quality gate: pass the model only if its test AUC reaches `min_auc`.
 
@@ -87,7 +87,7 @@ def check_auc_gate(auc: float, min_auc: float = 0.7) -> bool:
     return passed
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=component_image(), install_kfp_package=False)
 def publish_model(model: Input[Model], auc: float, min_auc: float, published_model: Output[Model]):
     """Publish a model that passed the quality gate: copy it to a new Model artifact marked approved.
 
