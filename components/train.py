@@ -16,12 +16,12 @@ gets a JSON file (``kfp.local`` counts a Metrics output without a file as a cach
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-from ctr_volcano.images import COMPONENT_IMAGE
+from ctr_volcano.images import component_image
 
 __all__ = ["train_ctr"]
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=component_image(), install_kfp_package=False)
 def train_ctr(
     train_data: Input[Dataset],
     model: Output[Model],
