@@ -304,6 +304,7 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
             seconds = time.time() - t
             n, loss, pos, neg = progress.read()
             record = {"epoch": epoch, "examples": int(n), "seconds": round(seconds, 3),
+                      "start_time": round(t, 3), "end_time": round(t + seconds, 3),
                       "examples_per_sec": round(n / max(seconds, 1e-9), 1),
                       "loss": loss / n if n else None, "auc": auc_from_stats(pos, neg),
                       "convert_seconds": round(convert_s, 3) if epoch == start_epoch + 1 else 0.0,
