@@ -111,6 +111,7 @@ def _run_rss(code: str, *args: str):
         if proc.returncode != 0:
             err.seek(0)
             raise SystemExit(f"benchmark step failed:\n{err.read().decode()[-3000:]}")
+    _run_rss.last_cpu = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
     return seconds, out.decode().strip(), usage.ru_maxrss / 1024.0
 
 
@@ -154,14 +155,15 @@ def main(argv=None) -> int:
             counts["rows_rejected"]
         ours.append(t)
         rss.append(peak)
-        print(f"  run {i + 1}: ours     {size_mb / t:7.1f} MB/s ({t:.1f} s, peak RSS {peak:.0f} MB, "
-              f"{counts})", flush=True)
+        print(f"  run {i + 1}: ours     {size_mb / t:7.1f} MB/s ({t:.1f} s, "
+              f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {peak:.0f} MB, {counts})", flush=True)
         for name, code, times in (("floor b1", FLOOR_CODE, floor_stream),
                                   ("floor b2", FLOOR_BLOCKS_CODE, floor_blocks)):
             t, out, fpeak = _run_rss(code, path, os.path.join(args.workdir, "floor.parquet"))
             times.append(t)
-            print(f"  run {i + 1}: {name} {size_mb / t:7.1f} MB/s ({t:.1f} s, peak RSS "
-                  f"{fpeak:.0f} MB, {out} rows)", flush=True)
+            print(f"  run {i + 1}: {name} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
+                  f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {fpeak:.0f} MB, {out} rows)",
+                  flush=True)
         t, out, _ = _run_rss(NAIVE_CODE, path, os.path.join(args.workdir, "naive.tsv"),
                              str(int(args.naive_mb * 1e6)))
         naive_bytes, t = out.split()  # the loop's own time: interpreter start-up excluded
