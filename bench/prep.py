@@ -12,7 +12,8 @@ Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least
   the first ``--naive-mb`` MB.
 
 (a), (b1), (b2) and (c) each run ``--repeat`` times, interleaved, best kept (the machine is shared).
-MB/s is input megabytes (10^6 bytes of TSV) per second. The last line is
+MB/s is input megabytes (10^6 bytes of TSV) per second of the work itself, timed inside each
+child (interpreter start-up and imports excluded, alike for all). The last line is
 ``RESULT ratio_floor=a/b ratio_naive=a/c peak_rss_mb=M`` (M: peak RSS of the worst run of (a)).
 
 Usage: ``python bench/prep.py [--gb 1.0] [--workdir /tmp/ctr_bench] [--repeat 2]``
@@ -30,8 +31,9 @@ import time
 ROWS_PER_GB = 4_150_000  # ~241 bytes per generated line
 
 FLOOR_CODE = r"""
-import sys, pyarrow.csv as pacsv, pyarrow.parquet as pq
+import sys, time, pyarrow.csv as pacsv, pyarrow.parquet as pq
 from ctr_volcano import prep as P
+start = time.monotonic()
 read_opts, parse_opts, convert_opts = P._csv_options()
 reader = pacsv.open_csv(sys.argv[1], read_options=pacsv.ReadOptions(
     column_names=list(P.RAW_COLUMNS), use_threads=True, block_size=16 << 20),
@@ -42,13 +44,14 @@ for batch in reader:
     writer.write_batch(batch)
     rows += batch.num_rows
 writer.close()
-print(rows)
+print(rows, time.monotonic() - start)
 """
 
 FLOOR_BLOCKS_CODE = r"""
-import sys, pyarrow as pa, pyarrow.csv as pacsv, pyarrow.parquet as pq
+import sys, time, pyarrow as pa, pyarrow.csv as pacsv, pyarrow.parquet as pq
 from concurrent.futures import ThreadPoolExecutor
 from ctr_volcano import prep as P
+start = time.monotonic()
 read_opts, parse_opts, convert_opts = P._csv_options()
 writer, pending, rows = None, None, 0
 with ThreadPoolExecutor(1) as pool:  # same block reading and write overlap as prep, no transform
@@ -64,14 +67,17 @@ with ThreadPoolExecutor(1) as pool:  # same block reading and write overlap as p
     if pending is not None:
         pending.result()
 writer.close()
-print(rows)
+print(rows, time.monotonic() - start)
 """
 
 OURS_CODE = r"""
-import sys, json
+import sys, json, time
 from ctr_volcano.prep import prep
+start = time.monotonic()
 stats = prep([sys.argv[1]], sys.argv[2])
-print(json.dumps({k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_rejected")}))
+seconds = time.monotonic() - start
+counts = {k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_rejected")}
+print(json.dumps(counts), seconds, sep="\n")
 """
 
 NAIVE_CODE = r"""
@@ -149,8 +155,9 @@ def main(argv=None) -> int:
     for i in range(args.repeat):
         out_dir = os.path.join(args.workdir, "ours")
         shutil.rmtree(out_dir, ignore_errors=True)
-        t, out, peak = _run_rss(OURS_CODE, path, out_dir)
-        counts = json.loads(out)
+        _, out, peak = _run_rss(OURS_CODE, path, out_dir)
+        counts_line, t = out.splitlines()
+        counts, t = json.loads(counts_line), float(t)
         assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
             counts["rows_rejected"]
         ours.append(t)
@@ -159,7 +166,8 @@ def main(argv=None) -> int:
               f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {peak:.0f} MB, {counts})", flush=True)
         for name, code, times in (("floor b1", FLOOR_CODE, floor_stream),
                                   ("floor b2", FLOOR_BLOCKS_CODE, floor_blocks)):
-            t, out, fpeak = _run_rss(code, path, os.path.join(args.workdir, "floor.parquet"))
+            _, out, fpeak = _run_rss(code, path, os.path.join(args.workdir, "floor.parquet"))
+            out, t = out.split()[0], float(out.split()[1])
             times.append(t)
             print(f"  run {i + 1}: {name} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
                   f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {fpeak:.0f} MB, {out} rows)",
