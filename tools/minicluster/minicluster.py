@@ -141,15 +141,23 @@ def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 
 def _default_crd_dirs() -> List[Path]:
-    """The real Volcano CRD schemas: ``shared/volcano/crd`` beside the checkout (and its
-    ``runtime/``), or ``$CTR_VOLCANO_CRD_DIR``."""
+    """The real Volcano CRD schemas: ``$CTR_VOLCANO_CRD_DIR``, else ``shared/volcano/crd`` beside
+    the checkout (and its ``runtime/``), else the ``config/crd`` of the Volcano module the binaries
+    were built from (in the Go module cache)."""
     env = os.environ.get("CTR_VOLCANO_CRD_DIR")
     if env:
-        base = Path(env)
-    else:
-        # shared/ is laid beside the work tree (../shared/volcano/crd from the repo root).
-        base = REPO.parent / "shared" / "volcano" / "crd"
-    return [base, base / "runtime"]
+        return [Path(env), Path(env) / "runtime"]
+    shared = REPO.parent / "shared" / "volcano" / "crd"
+    if shared.is_dir():
+        return [shared, shared / "runtime"]
+    try:
+        out = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "volcano.sh/volcano"],
+                             cwd=HERE / "cluster", capture_output=True, text=True, check=True,
+                             env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod"))
+        module_dir = Path(out.stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return [shared, shared / "runtime"]
+    return [module_dir / "config" / "crd" / "volcano" / "bases"]
 
 
 def _write_certs(pki: Path) -> Dict[str, Path]:
@@ -502,6 +510,8 @@ class MiniCluster:
         names = []
         for d in self.crd_dirs:
             if not d.is_dir():
+                if d.name == "runtime":
+                    continue
                 raise ClusterError(f"Volcano CRD directory {d} is missing; set CTR_VOLCANO_CRD_DIR "
                                    "to the directory holding batch.volcano.sh_jobs.yaml")
             for path in sorted(d.glob("*.yaml")):
