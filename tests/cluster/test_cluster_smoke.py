@@ -55,3 +55,15 @@ def test_deleting_a_job_removes_its_pods(cluster, sandbox):
         "batch.volcano.sh", "v1alpha1", ns, "jobs", "gc", body={"propagationPolicy": "Background"})
     wait_for("pods garbage-collected", lambda: not job_pods(api, ns, "gc"), timeout=60, cluster=cluster)
     wait_for("PodGroup garbage-collected", lambda: not get_podgroups(api, ns), timeout=60, cluster=cluster)
+
+
+def test_cli_reports_the_cached_build(minicluster_bin):
+    """``ctr-volcano minicluster build`` finds the binaries the tier uses and returns at once."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "minicluster", "build"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == str(minicluster_bin)
+    assert "skipping build" in out.stderr
