@@ -7,8 +7,9 @@
     epoch. Start-up, the final checkpoint and the export are not in it (the bare loop has none of
     them; with ``--epochs`` > 1 the checkpoints between epochs are); they are reported separately
     as end-to-end examples/s.
-(b) bare: the same network (``ctr_model.net.build_net``) and config, 2x2, each trainer a minimal
-    ``QueueDataset`` + ``train_from_dataset`` loop over the same rows pre-converted to slot text
+(b) bare: the same network (``ctr_model.net.build_net``), config and sparse-table layout, 2x2,
+    each trainer a minimal ``QueueDataset`` + ``train_from_dataset`` loop over the same rows
+    pre-converted to slot text
     (conversion not timed): Paddle's own cost. Throughput = examples / (last trainer's end - first
     trainer's start).
 (c) single: one process, local embedding, ``QueueDataset`` over all slot files.
@@ -44,7 +45,7 @@ def _bare_role() -> int:
     import paddle.distributed.fleet as fleet
 
     from ctr_model.config import TrainConfig
-    from ctr_model.net import build_net, make_optimizer
+    from ctr_model.net import EMBEDDING_NAME, build_net, make_optimizer
 
     config = TrainConfig.from_json(os.environ["BENCH_CONFIG"])
     paddle.enable_static()
@@ -52,6 +53,9 @@ def _bare_role() -> int:
     net = build_net(config, ps_mode=True)
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
+    table = strategy.sparse_table_configs.add()      # the same sparse-table layout as ours
+    table.table_name = EMBEDDING_NAME
+    table.shard_num = config.sparse_shards
     fleet.distributed_optimizer(make_optimizer(config), strategy).minimize(net.loss)
     if fleet.is_server():
         fleet.init_server()
