@@ -15,8 +15,8 @@ from ctr_volcano import images
 from ctr_volcano.volcano.spec import DEFAULT_UID
 
 REPO = Path(__file__).resolve().parents[1]
-TRAINER = (REPO / "docker" / "Dockerfile.trainer").read_text()
-COMPONENT = (REPO / "docker" / "Dockerfile.component").read_text()
+TRAINER = (REPO / "dockerfiles" / "Dockerfile.trainer").read_text()
+COMPONENT = (REPO / "dockerfiles" / "Dockerfile.component").read_text()
 #: What the trainer image installs, besides the standard library.
 TRAINER_PACKAGES = {"paddle", "numpy", "pyarrow", "ctr_model"}
 

@@ -20,7 +20,7 @@ __all__ = ["Resources", "PvcVolume", "SecretEnv", "TrainJobSpec", "DEFAULT_PS_PO
 
 DEFAULT_PS_PORT = 36001
 DEFAULT_GLOO_PORT = 36100
-#: Non-root user the pods run as (the trainer image creates it; see docker/Dockerfile.trainer).
+#: Non-root user the pods run as (the trainer image creates it; see dockerfiles/Dockerfile.trainer).
 DEFAULT_UID = 1000
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$")
