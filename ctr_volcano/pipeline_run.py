@@ -148,9 +148,9 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     # kfp.local rmtree()s workspace_root when the run ends: give it its own throwaway directory.
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir / "outputs"),
                workspace_root=str(run_dir / "workspace"), raise_on_error=True, enable_caching=False)
-    # The steps' scratch files (the training gang's logs and checkpoints) go to one short-pathed
-    # directory per run (sockets live there too, and AF_UNIX paths are limited to 108 bytes): removed
-    # after a successful run, kept for diagnosis after a failed one.
+    # The steps' scratch files (kfp's per-task component sources, the training gang's logs and
+    # checkpoints) go to one short-pathed directory per run (sockets live there too, and AF_UNIX
+    # paths are limited to 108 bytes): removed after a successful run, kept after a failed one.
     scratch = tempfile.mkdtemp(prefix="ctr-run-")
     saved_tmpdir = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = scratch
@@ -163,13 +163,16 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
             task = ctr_training_pipeline(**args)
     except RuntimeError as exc:
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).rstrip(".")
+        kept = f", scratch files (gang logs) under {scratch}" if os.listdir(scratch) else ""
         raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
-                             f"under {run_dir / 'outputs'}, scratch files (gang logs) under {scratch}") from exc
+                             f"under {run_dir / 'outputs'}{kept}") from exc
     finally:
         if saved_tmpdir is None:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = saved_tmpdir
+        if os.path.isdir(scratch) and not os.listdir(scratch):
+            os.rmdir(scratch)  # nothing worth keeping (e.g. the run was interrupted before training)
     shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.monotonic() - started
 
