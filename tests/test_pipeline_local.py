@@ -57,6 +57,15 @@ def _our_processes(marker: str):
     return pids
 
 
+@pytest.fixture(autouse=True)
+def _task_tmpdir(tmp_path, monkeypatch):
+    """kfp.local writes each task's component source to ``$(mktemp -d)`` and never removes it: keep
+    those under the test's tmp_path (these in-process runs train nothing, so path length is no issue)."""
+    scratch = tmp_path / "tasktmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+
+
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory, sample_dir):
     tmp = tmp_path_factory.mktemp("run")
