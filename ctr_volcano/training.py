@@ -70,7 +70,9 @@ def train_local(data_dir: str, model_dir: str,
         trainers: trainer processes (each takes whole Parquet shards).
         max_retry: whole-gang restarts after a failure (each resumes from the last checkpoint).
         stall_timeout_s: a trainer silent for this long fails the attempt.
-        workdir: keeps logs and the shared output (checkpoints) there; a temp dir by default.
+        workdir: keeps logs and the shared output (checkpoints) there, so a later call with the same
+            workdir resumes. By default a temp dir, whose checkpoints and model copy are deleted
+            after success (logs and ``metrics.json`` stay).
         log: progress sink.
         job_id: gang name used in logs and errors.
 
@@ -96,6 +98,7 @@ def train_local(data_dir: str, model_dir: str,
     if "hash_buckets" in cfg and split.hash_buckets and cfg["hash_buckets"] != split.hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
                        f"the data was hashed into {split.hash_buckets} buckets; drop the field or use that")
+    own_workdir = not workdir
     workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")
     output_dir = os.path.join(workdir, "output")
     os.makedirs(output_dir, exist_ok=True)
@@ -112,6 +115,10 @@ def train_local(data_dir: str, model_dir: str,
     shutil.copytree(src, model_dir, dirs_exist_ok=True)
     with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
         metrics = json.load(fh)
+    if own_workdir:
+        # nobody can resume from a temp dir: keep logs and metrics, drop the bulky tables
+        shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
+        shutil.rmtree(src, ignore_errors=True)
     metrics["attempts"] = result.attempts
     metrics["wall_seconds"] = round(result.seconds, 2)
     log(f"trained in {result.seconds:.1f}s ({result.attempts} attempt(s)); model in {model_dir}"
