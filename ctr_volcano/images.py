@@ -1,7 +1,7 @@
 """The one place that names container images.
 
 Override at run time with ``CTR_VOLCANO_TRAINER_IMAGE`` / ``CTR_VOLCANO_COMPONENT_IMAGE`` or per call;
-the Dockerfiles under ``dockerfiles/`` build them (see ``docs/cluster.md``, "Running on a real cluster").
+the Dockerfiles under ``dockerfiles/`` build them (see README.md, "Running on a real cluster").
 The defaults point at a local registry (``localhost:5000``), the usual one for kind/minikube clusters;
 push the images wherever your cluster pulls from and set the two variables (or the component's
 ``image`` parameter and the pipeline's base image).

@@ -26,7 +26,7 @@ from components.train import train_ctr
 __all__ = ["ctr_training_pipeline", "PIPELINE_NAME", "DEFAULT_DATA_URI", "DEFAULT_PVC_NAME"]
 
 PIPELINE_NAME = "ctr-training-pipeline"
-#: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see docs/pipelines.md).
+#: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see README.md, "The KFP UI").
 DEFAULT_DATA_URI = "minio://mlpipeline/ctr-volcano/data/sample"
 #: The ReadWriteMany PVC shared by the training step and its Volcano gang (deploy/pvc-example.yaml).
 DEFAULT_PVC_NAME = "ctr-data"

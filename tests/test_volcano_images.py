@@ -46,7 +46,7 @@ def test_trainer_image_is_minimal_and_non_root():
 def test_build_commands_tag_the_images_the_code_names():
     assert f"-t {images.TRAINER_IMAGE} ." in TRAINER
     assert f"-t {images.COMPONENT_IMAGE} ." in COMPONENT
-    docs = (REPO / "docs" / "cluster.md").read_text()
+    docs = (REPO / "README.md").read_text()
     assert images.TRAINER_IMAGE in docs and images.COMPONENT_IMAGE in docs
 
 
