@@ -225,6 +225,10 @@ def test_explain_without_podgroup_and_with_image_pull_errors(fake, client, spec)
     assert "no PodGroup yet (is vc-controller-manager running?)" in lch.explain(fake.job(NS, JOB), [])
     fake.put_podgroup(NS, JOB, "Pending")
     assert "has not admitted the gang" in lch.explain(fake.job(NS, JOB), [])
+    # Once Volcano says why (an enqueue event on the Job), the guess about the scheduler is dropped.
+    fake.add_event(NS, "Job", JOB, "PodGroupPending", "queue resource quota insufficient: insufficient cpu")
+    text = lch.explain(fake.job(NS, JOB), [])
+    assert "queue resource quota insufficient" in text and "has not admitted the gang" not in text
     fake.put_podgroup(NS, JOB, "Inqueue")
     pod = fake.put_pod(NS, JOB, "trainer", 0, "Pending", waiting="ImagePullBackOff")
     fake.add_event(NS, "Pod", pod["metadata"]["name"], "Failed", "Failed to pull image img:1: not found")

@@ -302,6 +302,7 @@ class VolcanoLauncher:
         if pg is None and uid:
             pg = self._api(self.client.get_podgroup, self.namespace, self.name)
             pg_name = self.name if pg else pg_name
+        conds: List[Mapping[str, Any]] = []
         if pg is None:
             parts.append("no PodGroup yet (is vc-controller-manager running?)")
         else:
@@ -313,12 +314,14 @@ class VolcanoLauncher:
                 c = conds[-1]
                 text += f": {c.get('type')} ({c.get('reason')}): {c.get('message') or ''}".rstrip(": ")
             parts.append(text)
-            if (pg_status.get("phase") or "Pending") == "Pending" and not conds:
-                parts.append(f"the scheduler has not admitted the gang: is vc-scheduler running, and is queue "
-                             f"{self.spec.queue!r} Open with room for {self.spec.gang_size} pods?")
         events: List[Mapping[str, Any]] = []
         for obj in dict.fromkeys([self.name, pg_name]):
             events.extend(self._api(self.client.list_events, self.namespace, f"involvedObject.name={obj}"))
+        if pg is not None and not conds and not events \
+                and ((pg.get("status") or {}).get("phase") or "Pending") == "Pending":
+            # Nothing from Volcano at all: only then guess that the scheduler never looked at the gang.
+            parts.append(f"the scheduler has not admitted the gang: is vc-scheduler running, and is queue "
+                         f"{self.spec.queue!r} Open with room for {self.spec.gang_size} pods?")
         for pod in pods or []:
             if ((pod.get("status") or {}).get("phase")) == "Pending":
                 pname = (pod.get("metadata") or {}).get("name")
