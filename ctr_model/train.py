@@ -32,7 +32,7 @@ from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
 from ctr_model.data import DataError, assign_shards, convert_shards, resolve_split
 
-__all__ = ["main", "auc_from_stats", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
+__all__ = ["main", "auc_from_stats", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
 
 GANG_DIR = "_gang"          # per-run coordination files inside the output dir
 MODEL_DIR = "model"
@@ -109,12 +109,33 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
+#: How long a pserver waits for its own host name to resolve. On Volcano the svc plugin's headless
+#: Service publishes the name a little after the pod starts; Paddle's server, given a name that does
+#: not resolve yet, logs an error and returns as if it had finished (exit 0).
+DNS_WAIT_S = float(os.environ.get("CTR_DNS_WAIT_S", "120"))
+
+
+def resolve_own_host(host: str, timeout_s: float = DNS_WAIT_S, interval_s: float = 1.0) -> Optional[str]:
+    """The IP address of ``host``, retrying until ``timeout_s``; ``None`` if it never resolves."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.gethostbyname(host)
+        except OSError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
+
+
 def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
     host, port = spec.ps_endpoints()[spec.index].rsplit(":", 1)
-    try:
-        free = _port_is_free(socket.gethostbyname(host), int(port))
-    except OSError:
-        free = True
+    address = resolve_own_host(host)
+    if address is None:
+        print(f"{spec.name}: host name {host!r} (from VC_PSERVER_HOSTS) did not resolve within "
+              f"{DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
+              f"publishes not-ready addresses", file=sys.stderr, flush=True)
+        return 2
+    free = _port_is_free(address, int(port))
     if not free:
         print(f"{spec.name}: port {port} on {host} is already in use (CTR_PS_PORT): stop the process "
               f"holding it or choose another port", file=sys.stderr, flush=True)

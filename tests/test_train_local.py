@@ -175,3 +175,24 @@ def test_missing_variables_are_named_and_refused(tmp_path):
     assert proc.returncode == 2
     assert "VC_TASK_INDEX" in proc.stderr and "VC_PSERVER_HOSTS" in proc.stderr
     assert "refusing to start" in proc.stderr
+
+
+def test_unresolvable_pserver_host_fails_clearly_after_a_bounded_wait(tmp_path):
+    env = _pod_env(tmp_path, "pserver", 0, 7000)
+    env["VC_PSERVER_HOSTS"] = "ctr-no-such-job-pserver-0.invalid"
+    env["CTR_DNS_WAIT_S"] = "2"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ctr_model.train"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "'ctr-no-such-job-pserver-0.invalid'" in proc.stderr and "did not resolve within 2s" in proc.stderr
+    assert time.monotonic() - started >= 2
+
+
+def test_own_host_name_is_retried_until_it_resolves():
+    from ctr_model.train import resolve_own_host
+
+    assert resolve_own_host("localhost", timeout_s=0) == "127.0.0.1"
+    started = time.monotonic()
+    assert resolve_own_host("ctr-no-such-host.invalid", timeout_s=0.5, interval_s=0.1) is None
+    assert time.monotonic() - started >= 0.5
