@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
+from ctr_model.metrics import auc, logloss  # noqa: F401  (re-exported: part of this API)
+
 __all__ = ["ModelError", "Scorer", "load_model", "read_sparse_table", "write_sparse_npz",
            "evaluate_files", "auc", "logloss", "MODEL_META", "DENSE_FILE", "SPARSE_FILE"]
 
@@ -185,34 +187,6 @@ def load_model(model_dir: str) -> Scorer:
     else:
         keys, rows = read_sparse_table(model_dir, dim)
     return Scorer(meta=meta, keys=keys, rows=rows.astype(np.float64), layers=layers)
-
-
-def auc(labels, scores) -> float:
-    """ROC AUC with ties averaged (numpy only)."""
-    import numpy as np
-
-    y = np.asarray(labels).astype(bool)
-    s = np.asarray(scores, dtype=np.float64)
-    n_pos = int(y.sum())
-    n_neg = y.size - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    s_sorted = s[order]
-    ranks = np.empty(s.size, dtype=np.float64)
-    starts = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])
-    ends = np.r_[starts[1:], s.size]
-    avg = (starts + ends + 1) / 2.0
-    ranks[order] = np.repeat(avg, ends - starts)
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
-
-
-def logloss(labels, probs) -> float:
-    import numpy as np
-
-    y = np.asarray(labels, dtype=np.float64)
-    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7)
-    return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
 
 
 def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536) -> dict:

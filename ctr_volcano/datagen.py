@@ -34,6 +34,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from ctr_model import metrics as _metrics
 from ctr_model.features import (DENSE_COLUMNS, NUM_DENSE, NUM_SPARSE, RAW_COLUMNS,
                                 SPARSE_COLUMNS, dense_transform)
 from ctr_volcano.errors import BadInput
@@ -166,26 +167,9 @@ def planted_model(seed: int) -> PlantedModel:
     return PlantedModel(**{**model.__dict__, "scale": scale, "intercept": intercept})
 
 
-def auc_score(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC AUC (Mann-Whitney, ties get average ranks). NaN if only one class is present."""
-    labels = np.asarray(labels).astype(bool)
-    scores = np.asarray(scores, dtype=np.float64)
-    n_pos = int(labels.sum())
-    n_neg = labels.size - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    order = np.argsort(scores, kind="mergesort")
-    _, inverse, counts = np.unique(scores[order], return_inverse=True, return_counts=True)
-    avg_rank = np.cumsum(counts) - (counts - 1) / 2.0
-    ranks = avg_rank[inverse]
-    return float((ranks[labels[order]].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
-
-
-def logloss_score(labels: np.ndarray, probs: np.ndarray) -> float:
-    """Mean binary cross-entropy (natural log), probabilities clipped to [1e-7, 1 - 1e-7]."""
-    y = np.asarray(labels, dtype=np.float64)
-    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+#: The shared implementations (``ctr_model.metrics``), under the names this module always exported.
+auc_score = _metrics.auc
+logloss_score = _metrics.logloss
 
 
 def _chunk_table(model: PlantedModel, seed: int, chunk: int, n: int):

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ctr_model import metrics as _metrics
 from ctr_volcano.errors import BadInput
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 #: Probabilities are clipped to ``[eps, 1 - eps]`` before the log: float32 models emit exact 0/1.
-LOGLOSS_EPS = 1e-7
+LOGLOSS_EPS = _metrics.LOGLOSS_EPS
 #: Rows per scoring batch: big enough to amortize the scorer's per-batch overhead, small enough for memory.
 DEFAULT_BATCH_SIZE = 8192
 #: The ROC curve stored in metrics and shown in the KFP UI is thinned to at most this many points.
@@ -57,21 +58,6 @@ def _as_arrays(labels: Any, probs: Any) -> Tuple[np.ndarray, np.ndarray]:
     return y.astype(np.int8), p
 
 
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``values``, tied values sharing the mean of their ranks."""
-    order = np.argsort(values, kind="mergesort")
-    sorted_vals = values[order]
-    n = values.size
-    # Start index of each run of equal values in sorted order.
-    starts = np.flatnonzero(np.r_[True, sorted_vals[1:] != sorted_vals[:-1]])
-    ends = np.r_[starts[1:], n]                       # exclusive
-    run_rank = (starts + 1 + ends) / 2.0              # mean of ranks starts+1 .. ends
-    ranks_sorted = np.repeat(run_rank, ends - starts)
-    ranks = np.empty(n, dtype=np.float64)
-    ranks[order] = ranks_sorted
-    return ranks
-
-
 def auc(labels: Any, probs: Any) -> float:
     """Exact area under the ROC curve, ties counted as half (the Mann-Whitney U statistic).
 
@@ -92,9 +78,7 @@ def auc(labels: Any, probs: Any) -> float:
         raise BadInput("labels", f"{n_pos} positives / {n_neg} negatives",
                        "AUC needs both clicks and non-clicks in the test split; use more rows "
                        "or a larger test_fraction")
-    ranks = _average_ranks(p)
-    u = float(ranks[y == 1].sum()) - n_pos * (n_pos + 1) / 2.0
-    return u / (float(n_pos) * float(n_neg))
+    return _metrics.auc(y, p)
 
 
 def logloss(labels: Any, probs: Any, eps: float = LOGLOSS_EPS) -> float:
@@ -106,8 +90,7 @@ def logloss(labels: Any, probs: Any, eps: float = LOGLOSS_EPS) -> float:
         eps: clipping bound, so a confident wrong prediction costs ``-log(eps)`` rather than infinity.
     """
     y, p = _as_arrays(labels, probs)
-    p = np.clip(p, eps, 1.0 - eps)
-    return float(-np.mean(np.where(y == 1, np.log(p), np.log1p(-p))))
+    return _metrics.logloss(y, p, eps)
 
 
 def calibration(labels: Any, probs: Any, bins: int = 10) -> List[Dict[str, float]]:
