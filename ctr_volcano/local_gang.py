@@ -34,7 +34,7 @@ from ctr_model.contract import (ENV_VOLCANO_DIR, PSERVER, TRAINER, GangContract,
 from ctr_volcano.errors import TrainingJobFailed
 
 __all__ = ["GANG_MARKER_ENV", "GangSpec", "GangResult", "LocalGang", "find_free_ports",
-           "gang_processes"]
+           "gang_processes", "processes_with_env"]
 
 #: Every process of a local gang carries this variable (value = the gang's run id), so tests and
 #: operators can find the gang's processes by scanning ``/proc``.
@@ -143,11 +143,8 @@ def _free(port: int) -> bool:
     return True
 
 
-def gang_processes(gang_id: Optional[str] = None) -> List[int]:
-    """PIDs of live processes carrying :data:`GANG_MARKER_ENV` (for one gang id, or any)."""
-    needle = f"{GANG_MARKER_ENV}=".encode()
-    if gang_id is not None:
-        needle += gang_id.encode()
+def _live_processes(match: Callable[[List[bytes]], bool]) -> List[int]:
+    """PIDs of live (non-zombie) processes whose environment (``NAME=value`` items) satisfies ``match``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -159,11 +156,23 @@ def gang_processes(gang_id: Optional[str] = None) -> List[int]:
                 state = fh.read().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if state == b"Z":
-            continue
-        if any(item.startswith(needle) if gang_id is None else item == needle for item in env):
+        if state != b"Z" and match(env):
             found.append(int(entry))
     return found
+
+
+def processes_with_env(*items: str) -> List[int]:
+    """PIDs of live processes whose environment holds every ``NAME=value`` item given."""
+    wanted = [item.encode() for item in items]
+    return _live_processes(lambda env: all(w in env for w in wanted))
+
+
+def gang_processes(gang_id: Optional[str] = None) -> List[int]:
+    """PIDs of live processes carrying :data:`GANG_MARKER_ENV` (for one gang id, or any)."""
+    if gang_id is not None:
+        return processes_with_env(f"{GANG_MARKER_ENV}={gang_id}")
+    prefix = f"{GANG_MARKER_ENV}=".encode()
+    return _live_processes(lambda env: any(item.startswith(prefix) for item in env))
 
 
 def _tail(path: str, lines: int = 40) -> str:

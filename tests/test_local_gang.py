@@ -19,7 +19,7 @@ import pytest
 
 from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.errors import BadInput, TrainingJobFailed
-from ctr_volcano.local_gang import GangSpec, LocalGang
+from ctr_volcano.local_gang import GangSpec, LocalGang, processes_with_env
 
 FAKE_ROLE = textwrap.dedent("""
     import json, os, subprocess, sys, time
@@ -50,21 +50,7 @@ FAKE_ROLE = textwrap.dedent("""
 
 
 def job_processes(job_id: str):
-    needle = f"CTR_JOB_ID={job_id}".encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != b"Z":
-            pids.append(int(entry))
-    return pids
+    return processes_with_env(f"CTR_JOB_ID={job_id}")
 
 
 @pytest.fixture(scope="module")

@@ -23,28 +23,15 @@ from ctr_model.contract import GangContract, role_env, volcano_plugin_env
 from ctr_model.infer import auc, load_model
 from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.errors import TrainingJobFailed
+from ctr_volcano.local_gang import processes_with_env
 from ctr_volcano.training import train_local
 
 SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
          "progress_secs": 2.0, "sparse_shards": 4}
 
 
-def job_processes(job_id: str, extra: bytes = b""):
-    needle = f"CTR_JOB_ID={job_id}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != b"Z" and (not extra or all(e in env for e in extra.split(b";"))):
-            found.append(int(entry))
-    return found
+def job_processes(job_id: str, *extra: str):
+    return processes_with_env(f"CTR_JOB_ID={job_id}", *extra)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +64,7 @@ def _kill_when_checkpointed(output_dir: str, job_id: str, role: str, index: int,
     deadline = time.time() + 240
     while time.time() < deadline:
         if os.path.exists(marker):
-            pids = job_processes(job_id, f"CTR_ROLE={role};VC_TASK_INDEX={index}".encode())
+            pids = job_processes(job_id, f"CTR_ROLE={role}", f"VC_TASK_INDEX={index}")
             # the role process itself (its helpers, e.g. gloo's manager, are its children)
             pids = [p for p in pids if open(f"/proc/{p}/cmdline", "rb").read().find(b"ctr_model.train") >= 0]
             roots = [p for p in pids if _ppid(p) not in pids]
