@@ -9,13 +9,12 @@ shard ``i`` goes to trainer ``i mod T``, so trainers never overlap and no row is
 from __future__ import annotations
 
 import glob
-import json
 import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from ctr_model.features import (DENSE_COLUMNS, LABEL, NUM_DENSE, RAW_COLUMNS, SCHEMA_FILE,
-                                SCHEMA_VERSION, SPARSE_COLUMNS)
+                                SPARSE_COLUMNS, check_split_schema)
 
 __all__ = ["DataError", "SplitInfo", "resolve_split", "shard_files", "assign_shards",
            "parquet_to_slots", "convert_shards"]
@@ -37,27 +36,9 @@ class SplitInfo:
 
 def _check_schema(split_dir: str) -> dict:
     try:
-        from ctr_model.features import check_split_schema  # type: ignore[attr-defined]
-    except ImportError:
-        check_split_schema = None
-    if check_split_schema is not None:
-        try:
-            result = check_split_schema(split_dir)
-        except (ValueError, OSError) as exc:     # features.SchemaMismatch and friends
-            raise DataError(str(exc)) from None
-        if isinstance(result, dict):
-            return result
-    path = os.path.join(split_dir, SCHEMA_FILE)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            schema = json.load(fh)
-    except FileNotFoundError:
-        raise DataError(f"{path} not found: point the data dir at a `ctr-volcano prep` output "
-                        f"(a directory with train/ and test/) or at one of its splits") from None
-    if schema.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(f"{path}: schema_version={schema.get('schema_version')!r}, this trainer reads "
-                        f"{SCHEMA_VERSION}: re-run `ctr-volcano prep` with this version")
-    return schema
+        return check_split_schema(split_dir)
+    except (ValueError, OSError) as exc:     # features.SchemaMismatch and friends
+        raise DataError(str(exc)) from None
 
 
 def shard_files(split_dir: str) -> List[str]:
