@@ -103,3 +103,16 @@ def test_scorer_forward_pass_and_unknown_ids(tmp_path):
     logits1 = np.maximum(np.zeros(width) @ dense["fc0.w"], 0) @ dense["out.w"] + dense["out.b"]
     assert probs[1] == pytest.approx(np.exp(logits1[1]) / np.exp(logits1).sum(), rel=1e-5)
     assert set(RAW_COLUMNS) > set(cols)
+
+
+def test_training_refuses_data_of_another_schema_version(tmp_path):
+    write_planted_prep(str(tmp_path / "p"), train_rows=50, test_rows=10, shards=2)
+    schema_path = tmp_path / "p" / "train" / "schema.json"
+    doc = json.loads(schema_path.read_text())
+    doc["schema_version"] = 0
+    schema_path.write_text(json.dumps(doc))
+    with pytest.raises(DataError, match=r"schema_version.*ctr-volcano prep"):
+        resolve_split(str(tmp_path / "p"))
+    schema_path.unlink()
+    with pytest.raises(DataError, match=r"no schema.json"):
+        resolve_split(str(tmp_path / "p"))
