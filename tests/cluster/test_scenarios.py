@@ -93,6 +93,11 @@ def test_gang_all_or_nothing(cluster, sandbox, tmp_path, room):
         assert runs[first].error is None, runs[first].log
         wait_for(f"{second} fully Running after {first} finished",
                  lambda: _all_running(api, ns, second), timeout=90, cluster=cluster)
+        # Let the monitor (one sample per 0.2 s) see the whole gang before its trainers finish:
+        # kwok completes pods within milliseconds, so the window could fall between two samples.
+        wait_for(f"the monitor to sample {second} whole",
+                 lambda: bool(monitor.samples) and monitor.samples[-1][second] == GANG, timeout=10,
+                 cluster=cluster)
         finish_trainers(api, ns, second, out[second])
         runs[second].join(90)
         assert runs[second].error is None, runs[second].log
