@@ -36,6 +36,22 @@ sys.path.insert(0, REPO)
 BENCH_CONFIG = {"progress_secs": 10.0}
 
 
+def _train_queue_dataset(paddle, exe, net, config, files):
+    """The framework's own loop: ``QueueDataset`` over slot files + ``train_from_dataset``.
+
+    Returns the (start, end) wall times of the training epochs.
+    """
+    ds = paddle.distributed.QueueDataset()
+    ds.init(use_var=net.feed_vars, pipe_command="cat", batch_size=config.batch_size,
+            thread_num=config.threads)
+    ds.set_filelist(files)
+    start = time.time()
+    for _ in range(config.epochs):
+        exe.train_from_dataset(program=paddle.static.default_main_program(), dataset=ds,
+                               thread=config.threads, debug=False)
+    return start, time.time()
+
+
 def _bare_role() -> int:
     """One role of the bare PS loop; everything comes from Paddle's own variables + BENCH_* ."""
     from ctr_model.net import fix_proto_shadowing
@@ -66,15 +82,7 @@ def _bare_role() -> int:
     fleet.init_worker()
     files = json.loads(os.environ["BENCH_FILES"])
     rows = int(os.environ["BENCH_ROWS"])
-    ds = paddle.distributed.QueueDataset()
-    ds.init(use_var=net.feed_vars, pipe_command="cat", batch_size=config.batch_size,
-            thread_num=config.threads)
-    ds.set_filelist(files)
-    t = time.time()
-    for _ in range(config.epochs):
-        exe.train_from_dataset(program=paddle.static.default_main_program(), dataset=ds,
-                               thread=config.threads, debug=False)
-    end = time.time()
+    t, end = _train_queue_dataset(paddle, exe, net, config, files)
     print("BARE", json.dumps({"examples": rows * config.epochs, "start": t, "end": end}), flush=True)
     fleet.barrier_worker()
     if fleet.worker_index() == 0:
@@ -99,15 +107,8 @@ def _single_role() -> int:
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
     files = json.loads(os.environ["BENCH_FILES"])
-    ds = paddle.distributed.QueueDataset()
-    ds.init(use_var=net.feed_vars, pipe_command="cat", batch_size=config.batch_size,
-            thread_num=config.threads)
-    ds.set_filelist(files)
-    t = time.time()
-    for _ in range(config.epochs):
-        exe.train_from_dataset(program=paddle.static.default_main_program(), dataset=ds,
-                               thread=config.threads, debug=False)
-    seconds = time.time() - t
+    t, end = _train_queue_dataset(paddle, exe, net, config, files)
+    seconds = end - t
     print("SINGLE", json.dumps({"examples": int(os.environ["BENCH_ROWS"]) * config.epochs,
                                 "seconds": seconds}), flush=True)
     return 0
