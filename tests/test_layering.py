@@ -75,14 +75,19 @@ def test_ctr_model_never_imports_kfp_or_kubernetes_ast(path):
     assert not bad, f"{path.relative_to(REPO)} imports {bad}: ctr_model runs in the trainer image without kfp/kubernetes"
 
 
-def test_ctr_model_never_imports_kfp_or_kubernetes_at_runtime():
-    modules = [_module_name(p) for p in _py_files("ctr_model") if p.name != "__main__.py"]
+def _modules_loaded_by(modules, roots):
+    """Import ``modules`` in a fresh interpreter; return the loaded modules whose root is in ``roots``."""
     code = ("import importlib, json, sys\n"
-            f"for m in {modules!r}: importlib.import_module(m)\n"
-            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN_IN_CTR_MODEL!r})))\n")
+            f"for m in {list(modules)!r}: importlib.import_module(m)\n"
+            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {roots!r})))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    leaked = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_ctr_model_never_imports_kfp_or_kubernetes_at_runtime():
+    modules = [_module_name(p) for p in _py_files("ctr_model") if p.name != "__main__.py"]
+    leaked = _modules_loaded_by(modules, FORBIDDEN_IN_CTR_MODEL)
     assert leaked == [], f"importing ctr_model pulled in {leaked[:10]}"
 
 
@@ -120,13 +125,7 @@ def test_light_own_modules_are_light():
 
 
 def test_components_and_pipelines_import_no_heavy_library_at_runtime():
-    modules = [_module_name(p) for p in _top_level_files()]
-    code = ("import importlib, json, sys\n"
-            f"for m in {modules!r}: importlib.import_module(m)\n"
-            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    leaked = json.loads(out.stdout.strip().splitlines()[-1])
+    leaked = _modules_loaded_by([_module_name(p) for p in _top_level_files()], HEAVY)
     assert leaked == [], f"importing components/pipelines pulled in {sorted({_root(m) for m in leaked})}"
 
 
