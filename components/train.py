@@ -6,8 +6,16 @@ Thin adapter over :func:`ctr_volcano.volcano.step.run_training_step`, which is t
   pserver/trainer gang as local processes through ``ctr_volcano.training.train_local``;
 * ``backend="volcano"`` is a remote runner: it creates (or, for a retried step, re-attaches to) a
   gang-scheduled Volcano Job, streams its pods' logs into this step's log, explains a gang stuck
-  Pending, deletes the Job on SIGTERM, and hands the model back through a shared ReadWriteMany PVC
-  that this step's pod must mount at ``pvc_mount_path`` (``kfp.kubernetes.mount_pvc``).
+  Pending, deletes the Job on SIGTERM, and hands data and model over through a shared ReadWriteMany
+  volume: the KFP run workspace (``workspace_path``), else a PVC this step mounts at
+  ``pvc_mount_path`` (``kfp.kubernetes.mount_pvc``).
+
+Configured the KFP way (KFP >= 2.15): the task's resources, env, node selector, tolerations, node
+affinity and volumes, set with KFP's own API on the task, reach the gang's pods through
+``task_config_passthroughs`` and the ``task_config`` parameter. Only env and volumes also apply to
+this step's own pod: it needs the hand-off volume, and nothing of the gang's size or placement.
+Where each field lands and the precedence over ``cpu``/``memory``/``gpus``:
+:mod:`ctr_volcano.volcano.task_config` and docs/kfp-task-config.md.
 
 The job's identity is written to ``job_info`` as soon as it is known, and ``metrics.path`` always
 gets a JSON file (``kfp.local`` counts a Metrics output without a file as a cache miss).
@@ -18,15 +26,28 @@ from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
 from ctr_volcano.images import component_image
 
-__all__ = ["train_ctr"]
+__all__ = ["train_ctr", "TASK_CONFIG_PASSTHROUGHS"]
+
+#: What the training task hands to its gang. ``apply_to_task`` only where this step's own pod needs
+#: the setting too: env (credentials, proxies) and volumes (it writes the hand-off directory).
+TASK_CONFIG_PASSTHROUGHS = [
+    dsl.TaskConfigField.RESOURCES,
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
+    dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+    dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+    dsl.TaskConfigField.KUBERNETES_AFFINITY,
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.KUBERNETES_VOLUMES, apply_to_task=True),
+]
 
 
-@dsl.component(base_image=component_image(), install_kfp_package=False)
+@dsl.component(base_image=component_image(), install_kfp_package=False,
+               task_config_passthroughs=TASK_CONFIG_PASSTHROUGHS)
 def train_ctr(
     train_data: Input[Dataset],
     model: Output[Model],
     metrics: Output[Metrics],
     job_info: Output[Artifact],
+    task_config: dsl.TaskConfig,
     backend: str = "local",
     pservers: int = 2,
     trainers: int = 2,
@@ -49,6 +70,7 @@ def train_ctr(
     gpus: int = 0,
     ttl_seconds_after_finished: int = 3600,
     poll_interval_s: float = 10.0,
+    workspace_path: str = "",
 ):
     """Train the CTR model with a PaddlePaddle parameter-server gang.
 
@@ -57,6 +79,8 @@ def train_ctr(
         model: the exported model directory (includes model_meta.json).
         metrics: training metrics (final loss, rows, seconds, attempts, ...).
         job_info: the gang's identity (backend, job name, namespace, uid), written as soon as known.
+        task_config: filled by KFP: the task's resources, env, node selector, tolerations, affinity
+            and volumes, for the gang's pods; empty under kfp.local.
         backend: "local" runs the gang as local processes; "volcano" submits a Volcano Job.
         pservers: number of parameter servers.
         trainers: number of trainers.
@@ -68,19 +92,23 @@ def train_ctr(
         image: Volcano only: the trainer image; empty means ctr_volcano.images.trainer_image().
         queue: Volcano only: the Volcano queue.
         priority_class: Volcano only: a PriorityClass name; empty for the cluster default.
-        pvc_name: Volcano only: a ReadWriteMany PVC mounted by this step and by the gang's pods.
+        pvc_name: Volcano only, without a run workspace: a ReadWriteMany PVC mounted by this step and
+            by the gang's pods.
         pvc_mount_path: Volcano only: where this step and the gang's pods mount the PVC.
         schedule_timeout_s: Volcano only: seconds the gang may stay Pending before the step fails.
         run_id: Volcano only: the KFP run id (pass dsl.PIPELINE_JOB_ID_PLACEHOLDER); names the Job
             so a retried step re-attaches instead of creating a duplicate.
         task_name: Volcano only: the KFP task name (pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER).
         service_account: Volcano only: the gang pods' service account; empty for the default.
-        cpu: Volcano only: CPU request of every gang pod.
-        memory: Volcano only: memory request (and limit) of every gang pod.
-        gpus: Volcano only: GPUs per trainer pod.
+        cpu: Volcano only: CPU request of every gang pod, unless the task sets CPU (set_cpu_request).
+        memory: Volcano only: memory request (and limit) of every gang pod, unless the task sets
+            memory (set_memory_request/limit).
+        gpus: Volcano only: GPUs per trainer pod, unless the task sets an accelerator.
         ttl_seconds_after_finished: Volcano only: Volcano deletes the finished Job after this long;
             -1 keeps it.
         poll_interval_s: Volcano only: seconds between status polls (and log reads) of the Job.
+        workspace_path: Volcano only: the run workspace (pass dsl.WORKSPACE_PATH_PLACEHOLDER); data
+            and model travel through it instead of pvc_name.
     """
     import json
     import os
@@ -94,7 +122,7 @@ def train_ctr(
         pvc_name=pvc_name, pvc_mount_path=pvc_mount_path, schedule_timeout_s=schedule_timeout_s,
         run_id=run_id, task_name=task_name, service_account=service_account, cpu=cpu,
         memory=memory, gpus=gpus, ttl_seconds_after_finished=ttl_seconds_after_finished,
-        poll_s=poll_interval_s)
+        poll_s=poll_interval_s, workspace_path=workspace_path, task_config=task_config)
 
     def record_identity(identity: dict) -> None:
         with open(job_info.path, "w", encoding="utf-8") as fh:

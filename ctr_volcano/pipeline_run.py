@@ -209,25 +209,35 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
 # compile
 
 
-def compiled_files() -> Dict[str, Any]:
-    """Map each committed YAML (path relative to the source tree) to the pipeline/component it compiles."""
+def compiled_files(legacy: bool = False) -> Dict[str, Any]:
+    """Map each committed YAML (path relative to the source tree) to the pipeline/component it compiles.
+
+    Args:
+        legacy: the variants for KFP backends older than 2.15 instead (no TaskConfig, no run
+            workspace; see :mod:`ctr_volcano.legacy_kfp`); they are not committed.
+    """
     from components.data_prep import prepare_ctr_data
     from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
     from components.train import train_ctr
-    from pipelines.ctr_training_pipeline import ctr_training_pipeline
+    from ctr_volcano.legacy_kfp import without_task_config
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline, ctr_training_pipeline_legacy
 
-    out: Dict[str, Any] = {"pipelines/ctr_training_pipeline.yaml": ctr_training_pipeline}
-    for comp in (prepare_ctr_data, train_ctr, evaluate_ctr, check_auc_gate, publish_model):
+    pipeline = ctr_training_pipeline_legacy if legacy else ctr_training_pipeline
+    train = without_task_config(train_ctr) if legacy else train_ctr
+    out: Dict[str, Any] = {"pipelines/ctr_training_pipeline.yaml": pipeline}
+    for comp in (prepare_ctr_data, train, evaluate_ctr, check_auc_gate, publish_model):
         out[f"components/{comp.python_func.__name__}.yaml"] = comp
     return out
 
 
-def compile_all(out_dir: Optional[str] = None) -> List[str]:
+def compile_all(out_dir: Optional[str] = None, legacy: bool = False) -> List[str]:
     """Compile the pipeline and every component to YAML.
 
     Args:
         out_dir: write every file flat into this directory; by default each goes next to its source
             (``pipelines/*.yaml``, ``components/*.yaml``), i.e. regenerates the committed files.
+        legacy: compile for KFP backends older than 2.15 (explicit parameters and a named PVC, no
+            TaskConfig, no run workspace); needs ``out_dir`` (the committed files are the default YAML).
 
     Returns:
         The paths written.
@@ -235,10 +245,13 @@ def compile_all(out_dir: Optional[str] = None) -> List[str]:
     from kfp import compiler
 
     root = Path(__file__).resolve().parents[1]
+    if legacy and out_dir is None:
+        raise BadInput("--out-dir", None, "--legacy-kfp writes a second set of YAML: pass --out-dir DIR "
+                                          "(the committed files are for KFP backends >= 2.15)")
     if out_dir is None and not (root / "setup.py").is_file():
         raise BadInput("--out-dir", None, f"{root} is an installed copy, not a source tree: pass --out-dir DIR")
     written = []
-    for rel, func in compiled_files().items():
+    for rel, func in compiled_files(legacy).items():
         dst = Path(out_dir) / Path(rel).name if out_dir else root / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         compiler.Compiler().compile(func, str(dst))

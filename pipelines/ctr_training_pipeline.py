@@ -9,11 +9,21 @@ Why it looks like this:
   2.17.3 silently treats a condition on a named output of a multi-output task as false.
 * Every parameter has a default, so a run from the KFP UI needs no typing; the defaults target a
   cluster (``backend="volcano"``). ``ctr-volcano run`` overrides ``backend="local"`` and ``data_uri``.
+* The training task is configured the KFP way (KFP backend >= 2.15; 2.17 measured): ``cpu`` and
+  ``memory`` become the task's own requests (``set_cpu_request``...), which reach the gang through the
+  component's TaskConfig passthroughs, and data and model travel through the **run workspace**, a
+  ReadWriteMany claim KFP creates for each run (:data:`WORKSPACE`): no claim to create or name.
+* :data:`ctr_training_pipeline_legacy` is the same pipeline for older backends (no TaskConfig, no
+  workspace): the explicit ``cpu``/``memory`` parameters and a named RWX claim, ``pvc_name``, mounted
+  with ``kubernetes.mount_pvc``. ``ctr-volcano compile --legacy-kfp`` writes its YAML.
 
 Compiled to ``ctr_training_pipeline.yaml`` next to this file by ``ctr-volcano compile``; a test fails
 when the two drift apart.
 """
 
+import functools
+import inspect
+import re
 from typing import NamedTuple
 
 from kfp import dsl, kubernetes
@@ -22,19 +32,30 @@ from kfp.dsl import HTML, Dataset, Metrics, Model
 from components.data_prep import prepare_ctr_data
 from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
 from components.train import train_ctr
+from ctr_volcano.legacy_kfp import without_task_config
 
-__all__ = ["ctr_training_pipeline", "PIPELINE_NAME", "DEFAULT_DATA_URI", "DEFAULT_PVC_NAME"]
+_train_ctr_legacy = without_task_config(train_ctr)
+
+__all__ = ["ctr_training_pipeline", "ctr_training_pipeline_legacy", "PIPELINE_NAME", "DEFAULT_DATA_URI",
+           "DEFAULT_PVC_NAME", "WORKSPACE", "MIN_KFP_BACKEND"]
 
 PIPELINE_NAME = "ctr-training-pipeline"
 #: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see README.md, "The KFP UI").
 DEFAULT_DATA_URI = "minio://mlpipeline/ctr-volcano/data/sample"
-#: The ReadWriteMany PVC shared by the training step and its Volcano gang (deploy/pvc-example.yaml).
+#: Legacy YAML only: the ReadWriteMany PVC shared by the training step and its gang (deploy/pvc-example.yaml).
 DEFAULT_PVC_NAME = "ctr-data"
-#: Where the training step and the gang's pods mount it.
+#: Legacy YAML only: where the training step and the gang's pods mount it.
 PVC_MOUNT_PATH = "/mnt/ctr"
+#: The oldest KFP backend that runs the default YAML (TaskConfig parameters and passthroughs; 2.14.3
+#: rejects them at upload).
+MIN_KFP_BACKEND = "2.15"
+#: The run workspace: one claim per run, written by the training step and every gang pod, which
+#: spread over nodes, hence ReadWriteMany (KFP 2.17 also refuses a patch without accessModes). The
+#: storage class is the cluster's default or the one the KFP admin set for workspaces.
+WORKSPACE = dsl.WorkspaceConfig(
+    size="20Gi", kubernetes=dsl.KubernetesWorkspaceConfig(pvcSpecPatch={"accessModes": ["ReadWriteMany"]}))
 
 
-@dsl.pipeline(name=PIPELINE_NAME, display_name="CTR training: PaddlePaddle parameter server on Volcano")
 def ctr_training_pipeline(
     data_uri: str = DEFAULT_DATA_URI,
     hash_buckets: int = 1000001,
@@ -82,8 +103,8 @@ def ctr_training_pipeline(
         queue: Volcano queue to submit the job to.
         priority_class: Kubernetes PriorityClass of the gang's pods; empty for none.
         pvc_name: ReadWriteMany PVC mounted by the training step and its gang, through which data and model travel; it must exist in the run's namespace.
-        cpu: CPU request of every pod of the gang.
-        memory: memory request and limit of every pod of the gang.
+        cpu: CPU request of every pod of the gang (the training task's own CPU request, passed through to the gang).
+        memory: memory request and limit of every pod of the gang (the training task's own memory request and limit, passed through to the gang).
         schedule_timeout_s: seconds the gang may wait for the Volcano scheduler before the step fails with the PodGroup's reason.
         threshold: probability at or above which an impression counts as a predicted click (confusion matrix).
         min_auc: quality gate: the model is published only if its test AUC is at least this.
@@ -98,14 +119,20 @@ def ctr_training_pipeline(
         raw_data=raw.output, hash_buckets=hash_buckets, test_fraction=test_fraction, shards=shards,
         max_bad_fraction=max_bad_fraction, seed=seed)
     prep.set_display_name("prepare data")
-    train = train_ctr(
+    common = dict(
         train_data=prep.outputs["train_data"], backend=backend, pservers=pservers, trainers=trainers,
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, max_retry=max_retry,
-        namespace=namespace, image=image, queue=queue, priority_class=priority_class, pvc_name=pvc_name,
-        pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu, memory=memory, schedule_timeout_s=schedule_timeout_s,
+        namespace=namespace, image=image, queue=queue, priority_class=priority_class,
+        schedule_timeout_s=schedule_timeout_s,
         run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
+    if pvc_name is None:  # the KFP way: resources set on the task, hand-off through the run workspace
+        train = train_ctr(**common, workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER)
+        train.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory)
+    else:  # legacy backends: explicit parameters and a named claim
+        train = _train_ctr_legacy(**common, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu,
+                                  memory=memory)
+        kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)  # ignored by kfp.local
     train.set_display_name("train (parameter server)")
-    kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)  # ignored by kfp.local
     evaluation = evaluate_ctr(model=train.outputs["model"], test_data=prep.outputs["test_data"],
                               threshold=threshold)
     evaluation.set_display_name("evaluate")
@@ -119,3 +146,26 @@ def ctr_training_pipeline(
                                      ("metrics", Metrics), ("report", HTML)])
     return outputs(auc=evaluation.outputs["Output"], passed=gate.output, model=train.outputs["model"],
                    metrics=evaluation.outputs["metrics"], report=evaluation.outputs["report"])
+
+
+def _define(legacy: bool):
+    """The pipeline as KFP builds it: both variants share the body and the parameters above; the
+    default one has no ``pvc_name`` (its body then sees ``None`` and uses the run workspace)."""
+    func = ctr_training_pipeline
+    if not legacy:
+        full = inspect.signature(ctr_training_pipeline)
+        sig = full.replace(parameters=[p for n, p in full.parameters.items() if n != "pvc_name"])
+
+        def func(*args, **kwargs):  # type: ignore[no-redef]
+            return ctr_training_pipeline(pvc_name=None, **sig.bind(*args, **kwargs).arguments)
+
+        functools.update_wrapper(func, ctr_training_pipeline)
+        func.__signature__ = sig  # type: ignore[attr-defined]
+        func.__doc__ = re.sub(r"\n        pvc_name: [^\n]*", "", ctr_training_pipeline.__doc__ or "")
+    return dsl.pipeline(func, name=PIPELINE_NAME,
+                        display_name="CTR training: PaddlePaddle parameter server on Volcano",
+                        pipeline_config=None if legacy else dsl.PipelineConfig(workspace=WORKSPACE))
+
+
+ctr_training_pipeline_legacy = _define(legacy=True)
+ctr_training_pipeline = _define(legacy=False)  # noqa: F811 - the undecorated body is only used above

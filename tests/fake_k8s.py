@@ -2,7 +2,7 @@
 
 Why HTTP-level: the launcher is exercised through the real ``kubernetes`` client (URL building,
 query parameters, JSON decoding, ``ApiException`` status codes), so only the server is fake. It serves
-just the endpoints the launcher uses: Volcano Jobs (create/get/list/delete), PodGroups (get), pods
+just the endpoints the launcher uses: Volcano Jobs (create/get/list/delete), PodGroups (get), PVCs (get), pods
 (list by label), pod logs (tailLines, sinceSeconds, timestamps) and events (fieldSelector). POSTed Jobs
 are validated against the real CRD schema when one is given (422 otherwise, like an API server with
 a structural schema would reject type errors).
@@ -42,6 +42,7 @@ _ROUTES = [
     (re.compile(r"^/apis/(?P<group>scheduling\.volcano\.sh)/v1beta1/namespaces/(?P<ns>[^/]+)/(?P<res>podgroups)(/(?P<name>[^/]+))?$")),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods)(/(?P<name>[^/]+)(?P<sub>/log)?)?$")),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>events)(/(?P<name>[^/]+))?$")),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>persistentvolumeclaims)(/(?P<name>[^/]+))?$")),
 ]
 
 
@@ -57,6 +58,7 @@ class FakeKube:
         self.jobs: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self.podgroups: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self.pods: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        self.pvcs: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self.logs: Dict[Tuple[str, str], List[Tuple[datetime, str]]] = {}
         self.events: List[Dict[str, Any]] = []
         self.requests: List[Tuple[str, str, str, str]] = []  # (verb, group, resource, path)
@@ -319,6 +321,22 @@ class FakeKube:
         for key in [k for k, p in self.pods.items()
                     if k[0] == ns and p["metadata"]["labels"].get("volcano.sh/job-name") == name]:
             self.delete_pod(*key)
+
+    def put_pvc(self, ns: str, name: str, access_modes=("ReadWriteMany",)) -> Dict[str, Any]:
+        """A bound claim with these access modes (what the step reads before submitting)."""
+        pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4())},
+               "spec": {"accessModes": list(access_modes), "resources": {"requests": {"storage": "1Gi"}}},
+               "status": {"phase": "Bound", "accessModes": list(access_modes)}}
+        with self.lock:
+            self.pvcs[(ns, name)] = pvc
+        return pvc
+
+    def _persistentvolumeclaims(self, verb: str, ns: str, name: Optional[str], *_a: Any) -> Tuple[int, Any, str]:
+        pvc = self.pvcs.get((ns, name or ""))
+        if pvc is None:
+            return 404, _status(404, f'persistentvolumeclaims "{name}" not found'), "application/json"
+        return 200, pvc, "application/json"
 
     def _podgroups(self, verb: str, ns: str, name: Optional[str], *_a: Any) -> Tuple[int, Any, str]:
         pg = self.podgroups.get((ns, name or ""))

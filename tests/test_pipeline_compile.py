@@ -55,7 +55,7 @@ def test_committed_yaml_parses_strictly_as_kfp_ir(rel):
         json_format.ParseDict(docs[1], pipeline_spec_pb2.PlatformSpec())
         from kfp.kubernetes import kubernetes_executor_config_pb2 as kec
 
-        for cfg in docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values():
+        for cfg in docs[1]["platforms"]["kubernetes"].get("deploymentSpec", {}).get("executors", {}).values():
             json_format.ParseDict(cfg, kec.KubernetesExecutorConfig())
     loaded = components.load_component_from_file(str(REPO / rel))
     assert loaded.component_spec.inputs is not None
@@ -71,10 +71,20 @@ def test_pipeline_shape_and_gate():
     assert "check-auc-gate-Output" in cond, cond
     inner = spec["components"]["comp-condition-1"]["dag"]["tasks"]
     assert list(inner) == ["publish-model"]
-    # the training step gets the shared PVC on a cluster
-    mounts = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-ctr"]["pvcMount"]
-    assert mounts[0]["mountPath"] == "/mnt/ctr"
-    assert mounts[0]["pvcNameParameter"]["componentInputParameter"] == "pvc_name"
+    # the training step is configured the KFP way: its resources come from the pipeline's cpu/memory
+    # parameters, set on the task, and data and model travel through the run workspace
+    res = spec["deploymentSpec"]["executors"]["exec-train-ctr"]["container"]["resources"]
+    assert res == {"resourceCpuRequest": "{{$.inputs.parameters['pipelinechannel--cpu']}}",
+                   "resourceMemoryRequest": "{{$.inputs.parameters['pipelinechannel--memory']}}",
+                   "resourceMemoryLimit": "{{$.inputs.parameters['pipelinechannel--memory']}}"}
+    train_inputs = tasks["train-ctr"]["inputs"]["parameters"]
+    assert train_inputs["workspace_path"]["runtimeValue"]["constant"] == "{{$.workspace_path}}"
+    assert "pvc_name" not in train_inputs and "pvc_name" not in spec["root"]["inputDefinitions"]["parameters"]
+    kube = platform["platforms"]["kubernetes"]
+    assert "deploymentSpec" not in kube  # no named claim to create or mount
+    workspace = kube["pipelineConfig"]["workspace"]
+    assert workspace["kubernetes"]["pvcSpecPatch"]["accessModes"] == ["ReadWriteMany"]  # 2.17 requires it
+    assert workspace["size"]
     # raw data enters as an imported artifact whose URI is the data_uri parameter
     imp = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
     assert imp["artifactUri"]["runtimeParameter"] == "uri"
@@ -87,3 +97,47 @@ def test_client_accepts_the_committed_package():
     doc = _extract_pipeline_yaml(str(REPO / "pipelines" / "ctr_training_pipeline.yaml"))
     assert doc.pipeline_spec.pipeline_info.name == "ctr-training-pipeline"
     assert "kubernetes" in json.dumps(doc.to_dict())
+
+
+def test_train_component_declares_its_passthroughs_and_task_config_input():
+    spec = _docs(REPO / "components" / "train_ctr.yaml")[0]
+    comp = spec["components"]["comp-train-ctr"] if "components" in spec else None
+    comp = comp or next(iter(spec["components"].values()))
+    assert comp["inputDefinitions"]["parameters"]["task_config"]["parameterType"] == "TASK_CONFIG"
+    assert comp["taskConfigPassthroughs"] == [
+        {"field": "RESOURCES"}, {"field": "ENV", "applyToTask": True}, {"field": "KUBERNETES_NODE_SELECTOR"},
+        {"field": "KUBERNETES_TOLERATIONS"}, {"field": "KUBERNETES_AFFINITY"},
+        {"field": "KUBERNETES_VOLUMES", "applyToTask": True}]
+    pipeline = _docs(REPO / "pipelines" / "ctr_training_pipeline.yaml")[0]
+    assert pipeline["components"]["comp-train-ctr"]["taskConfigPassthroughs"] == comp["taskConfigPassthroughs"]
+
+
+def test_legacy_kfp_yaml_has_no_task_config_and_no_workspace(tmp_path):
+    """``ctr-volcano compile --legacy-kfp``: what a KFP 2.14 backend accepts (it rejects TASK_CONFIG)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "compile", "--legacy-kfp", "--out-dir",
+                           str(tmp_path)], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "ctr_training_pipeline.yaml").read_text()
+    assert "TASK_CONFIG" not in text and "taskConfigPassthroughs" not in text and "workspace_path}}" not in text
+    assert "TASK_CONFIG" not in (tmp_path / "train_ctr.yaml").read_text()
+    spec, platform = _docs(tmp_path / "ctr_training_pipeline.yaml")
+    json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    kube = platform["platforms"]["kubernetes"]
+    assert "pipelineConfig" not in kube
+    mounts = kube["deploymentSpec"]["executors"]["exec-train-ctr"]["pvcMount"]
+    assert mounts[0]["mountPath"] == "/mnt/ctr"
+    assert mounts[0]["pvcNameParameter"]["componentInputParameter"] == "pvc_name"
+    train_inputs = spec["root"]["dag"]["tasks"]["train-ctr"]["inputs"]["parameters"]
+    assert {"pvc_name", "cpu", "memory"} <= set(train_inputs)
+    assert "resources" not in spec["deploymentSpec"]["executors"]["exec-train-ctr"]["container"]
+    # the default YAML differs: same code, KFP-way interface
+    default = (REPO / "pipelines" / "ctr_training_pipeline.yaml").read_text()
+    assert "TASK_CONFIG" in default and "taskConfigPassthroughs" in default
+
+
+def test_legacy_kfp_needs_an_out_dir():
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "compile", "--legacy-kfp"], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--out-dir" in proc.stderr

@@ -52,6 +52,7 @@ def test_train_ctr_component_volcano_backend_under_kfp_local(tmp_path, monkeypat
         fake.set_phase(ns, name, "Completed", succeeded=2)
 
     fake = FakeKube(crd_path=str(CRD)).start()
+    fake.put_pvc("ml", "claim")
     try:
         fake.script = [lambda f: None, lambda f: None, gang_trains]
         monkeypatch.setenv("KUBECONFIG", fake.write_kubeconfig(str(tmp_path / "kubeconfig")))

@@ -31,6 +31,7 @@ NS = "ml"
 def fake():
     assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
     server = FakeKube(crd_path=str(CRD)).start()
+    server.put_pvc(NS, "claim")  # the RWX claim the tests hand data over through
     yield server
     server.stop()
     refused = [v for v in server.verbs() if not allows(v[1], v[2], v[0])]
@@ -239,8 +240,9 @@ def test_rbac_is_namespaced_and_exactly_the_launcher_verbs():
         ("", "pods"): {"get", "list", "watch"},
         ("", "pods/log"): {"get"},
         ("", "events"): {"list", "watch"},
+        ("", "persistentvolumeclaims"): {"get"},
     }
-    assert len(RULES) == 5
+    assert len(RULES) == 6
     assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "runner", "namespace": "ml"}]
     with pytest.raises(BadInput, match="namespace"):
         build_rbac("Bad NS")

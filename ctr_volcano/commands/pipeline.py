@@ -14,9 +14,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compile", help="compile the pipeline and the components to KFP YAML",
         description="Compile pipelines/ctr_training_pipeline.yaml and components/*.yaml from the "
-                    "installed code. Without --out-dir the committed files are regenerated in place.")
+                    "installed code. Without --out-dir the committed files are regenerated in place. "
+                    "They need a KFP backend >= 2.15 (TaskConfig passthroughs, run workspace); "
+                    "--legacy-kfp compiles for older backends (explicit parameters, a named PVC).")
     p.add_argument("--out-dir", metavar="DIR", default=None,
                    help="write all YAML files into DIR instead of next to their sources")
+    p.add_argument("--legacy-kfp", action="store_true",
+                   help="compile for KFP backends older than 2.15: no TaskConfig, no run workspace; the "
+                        "training step takes cpu/memory/pvc_name as parameters (needs --out-dir)")
     p.set_defaults(func=_compile)
 
     p = subparsers.add_parser(
@@ -60,7 +65,7 @@ def _add_param_flag(p: argparse.ArgumentParser) -> None:
 def _compile(args: argparse.Namespace) -> int:
     from ctr_volcano.pipeline_run import compile_all
 
-    for path in compile_all(args.out_dir):
+    for path in compile_all(args.out_dir, legacy=args.legacy_kfp):
         print(f"wrote {path}")
     return 0
 

@@ -164,6 +164,12 @@ class KubeClient:
                          not_found_ok=True)
         return None if res is None else self._dict(res)
 
+    def get_pvc(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
+        """The PersistentVolumeClaim as an API-shaped dict, or ``None``."""
+        res = self._call(f"get persistentvolumeclaims {namespace}/{name}",
+                         self._core.read_namespaced_persistent_volume_claim, name, namespace, not_found_ok=True)
+        return None if res is None else self._dict(res)
+
     def list_pods(self, namespace: str, label_selector: str) -> List[Dict[str, Any]]:
         """Pods matching ``label_selector``, as API-shaped dicts (camelCase keys)."""
         res = self._call(f"list pods {namespace} -l {label_selector}",

@@ -97,6 +97,7 @@ def _env(spec: TrainJobSpec, role: str) -> List[Dict[str, Any]]:
     env.extend({"name": str(k), "value": str(v)} for k, v in spec.env)
     env.extend({"name": s.name, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
                for s in spec.env_from_secrets)
+    env.extend(json.loads(json.dumps(dict(v))) for v in spec.env_vars)
     return env
 
 
@@ -128,6 +129,8 @@ def _pod_template(spec: TrainJobSpec, role: str, resources: Resources) -> Dict[s
         if vol.sub_path:
             mount["subPath"] = vol.sub_path
         mounts.append(mount)
+    volumes.extend(json.loads(json.dumps(dict(v))) for v in spec.extra_volumes)
+    mounts.extend(json.loads(json.dumps(dict(m))) for m in spec.extra_volume_mounts)
     if spec.shm_size:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})

@@ -24,6 +24,7 @@ RULES: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     ("", "pods", ("get", "list", "watch")),
     ("", "pods/log", ("get",)),
     ("", "events", ("list", "watch")),
+    ("", "persistentvolumeclaims", ("get",)),  # refuse a ReadWriteOnce claim before submitting
 )
 
 

@@ -163,6 +163,11 @@ class TrainJobSpec:
         volumes: PVCs mounted into every pod.
         env_from_secrets: environment variables read from Secrets.
         env: extra plain environment variables (not the contract's ``CTR_*`` ones).
+        env_vars: extra ``EnvVar`` objects as Kubernetes JSON (``value`` or ``valueFrom``), e.g. from
+            the KFP task's TaskConfig.
+        extra_volumes: further ``Volume`` objects as Kubernetes JSON (the KFP task's PVCs, run
+            workspace, secrets, config maps), mounted by ``extra_volume_mounts``.
+        extra_volume_mounts: ``VolumeMount`` objects for ``extra_volumes``, in every container.
         labels: extra labels on the Job and its pods.
         annotations: extra annotations on the Job.
         ps_port: the port every pserver listens on.
@@ -203,6 +208,9 @@ class TrainJobSpec:
     volumes: Tuple[PvcVolume, ...] = ()
     env_from_secrets: Tuple[SecretEnv, ...] = ()
     env: Any = ()
+    env_vars: Tuple[Mapping[str, Any], ...] = ()
+    extra_volumes: Tuple[Mapping[str, Any], ...] = ()
+    extra_volume_mounts: Tuple[Mapping[str, Any], ...] = ()
     labels: Any = ()
     annotations: Any = ()
     ps_port: int = DEFAULT_PS_PORT
@@ -222,7 +230,8 @@ class TrainJobSpec:
                 object.__setattr__(self, name, _freeze_mapping(value))
             elif not isinstance(value, tuple):
                 raise BadInput(name, value, "pass a mapping (dict)")
-        for name in ("tolerations", "image_pull_secrets", "volumes", "env_from_secrets", "owner_references"):
+        for name in ("tolerations", "image_pull_secrets", "volumes", "env_from_secrets", "owner_references",
+                     "env_vars", "extra_volumes", "extra_volume_mounts"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -285,6 +294,16 @@ class TrainJobSpec:
             if not isinstance(item, PvcVolume):
                 raise BadInput("volumes", item, "pass PvcVolume objects")
         mounts = [v.mount_path for v in self.volumes]
+        extra_names = [str(v.get("name", "")) for v in self.extra_volumes]
+        if len(set(extra_names)) != len(extra_names) or any(
+                not n or n == "dshm" or re.match(r"^data-[0-9]+$", n) for n in extra_names):
+            raise BadInput("extra_volumes", extra_names,
+                           "give every volume a distinct name other than 'dshm' and 'data-<i>' (the builder's)")
+        for i, mount in enumerate(self.extra_volume_mounts):
+            if mount.get("name") not in extra_names:
+                raise BadInput(f"extra_volume_mounts[{i}].name", mount.get("name"),
+                               f"mount one of extra_volumes: {extra_names}")
+            mounts.append(str(mount.get("mountPath", "")))
         if len(set(mounts)) != len(mounts):
             raise BadInput("volumes", mounts, "give every volume its own mount_path")
         if any(m == "/etc/volcano" or m.startswith("/etc/volcano/") for m in mounts):
@@ -298,6 +317,13 @@ class TrainJobSpec:
             if str(key).startswith(("CTR_", "VC_", "VK_")):
                 raise BadInput("env", key, "CTR_*, VC_* and VK_* are set by the launcher and Volcano; "
                                           "use the spec's fields instead")
+        for i, var in enumerate(self.env_vars):
+            name = str(var.get("name", "")) if isinstance(var, Mapping) else ""
+            if not _ENV_NAME.match(name) or name.startswith(("CTR_", "VC_", "VK_")):
+                raise BadInput(f"env_vars[{i}].name", name, "use a valid variable name outside CTR_*, VC_*, VK_*")
+        env_names = [str(k) for k, _ in self.env] + [str(v["name"]) for v in self.env_vars]
+        if len(set(env_names)) != len(env_names):
+            raise BadInput("env_vars", env_names, "set each environment variable once")
         for key, value in self.labels:
             if not _LABEL_KEY.match(str(key)) or not _LABEL_VALUE.match(str(value)):
                 raise BadInput("labels", f"{key}={value}", "use Kubernetes label syntax (value <= 63 "

@@ -11,11 +11,12 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ctr_volcano.errors import BadInput
+from ctr_volcano.volcano.task_config import EMPTY, TaskPodConfig
 
-__all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "train_config_of",
+__all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "check_claims", "train_config_of",
            "run_owner_references"]
 
 BACKENDS = ("local", "volcano")
@@ -58,6 +59,12 @@ class StepParams:
         explain_every_s: Volcano: seconds between "why Pending" reports.
         config: other ``ctr_model`` TrainConfig fields (a mapping; stored as sorted pairs);
             ``epochs``, ``batch_size`` and ``learning_rate`` above win.
+        workspace_path: Volcano: the KFP run workspace as this step sees it
+            (``dsl.WORKSPACE_PATH_PLACEHOLDER``); when set, it is the hand-off instead of
+            ``pvc_mount_path`` and the task's TaskConfig must mount it (KUBERNETES_VOLUMES).
+        task_config: Volcano: the training task's KFP TaskConfig, parsed
+            (:class:`~ctr_volcano.volcano.task_config.TaskPodConfig`); its settings win over
+            ``cpu``, ``memory`` and ``gpus``.
     """
 
     backend: str = "local"
@@ -87,6 +94,8 @@ class StepParams:
     poll_s: float = 5.0
     explain_every_s: float = 30.0
     config: Any = ()
+    workspace_path: Optional[str] = None
+    task_config: TaskPodConfig = EMPTY
 
     def __post_init__(self) -> None:
         if isinstance(self.config, Mapping):
@@ -105,15 +114,50 @@ class StepParams:
             raise BadInput("gpus", self.gpus, "use a whole number >= 0")
         if self.poll_s <= 0 or self.explain_every_s <= 0:
             raise BadInput("poll_s", self.poll_s, "use positive intervals")
-        if self.backend == "volcano" and not self.pvc_name:
+        if not isinstance(self.task_config, TaskPodConfig):
+            raise BadInput("task_config", self.task_config, "pass TaskPodConfig.from_kfp(task_config)")
+        if self.workspace_path is not None and not str(self.workspace_path).startswith("/"):
+            raise BadInput("workspace_path", self.workspace_path,
+                           "pass dsl.WORKSPACE_PATH_PLACEHOLDER (an absolute path) or leave it empty")
+        if self.backend == "volcano" and self.handoff_volume is None:
+            if self.workspace_path:
+                raise BadInput("workspace_path", self.workspace_path,
+                               "the run workspace is not among the task's volumes: compile the pipeline "
+                               "with dsl.PipelineConfig(workspace=...) for a KFP backend >= 2.15 (the "
+                               "KUBERNETES_VOLUMES passthrough hands it to the gang), or use the explicit "
+                               "pvc_name mode (`ctr-volcano compile --legacy-kfp`)")
             raise BadInput("pvc_name", self.pvc_name,
                            "the volcano backend hands data and model over through a shared ReadWriteMany "
-                           "PVC: create one (deploy/pvc-example.yaml), mount it in this step and pass its name")
+                           "volume: run the pipeline with a KFP run workspace, or create a PVC "
+                           "(deploy/pvc-example.yaml), mount it in this step and pass its name")
+
+    @property
+    def handoff_dir(self) -> str:
+        """Where this step and the gang exchange data and model: the run workspace, else the PVC mount."""
+        return self.workspace_path or self.pvc_mount_path
+
+    @property
+    def handoff_volume(self) -> Optional[Tuple[str, Optional[str]]]:
+        """``(source, claim)`` of the volume the gang mounts over :attr:`handoff_dir`, or ``None``.
+
+        ``source`` is ``"task_config"`` (a volume KFP passed through: the run workspace or a
+        ``mount_pvc``) or ``"pvc_name"`` (the explicit parameter); ``claim`` is the PVC's name
+        (``None`` for a volume that is not a claim).
+        """
+        mount = self.task_config.mount_covering(self.handoff_dir)
+        if mount is not None:
+            return "task_config", self.task_config.claim_of(str(mount["name"]))
+        root = self.pvc_mount_path.rstrip("/")
+        if self.pvc_name and (self.handoff_dir == root or self.handoff_dir.startswith(root + "/")):
+            return "pvc_name", self.pvc_name
+        return None
 
     @classmethod
     def from_component(cls, **kwargs: Any) -> "StepParams":
-        """Build from KFP parameters: ``""`` means unset; a negative TTL means keep the Job."""
-        clean = {k: _none_if_empty(v) for k, v in kwargs.items()}
+        """Build from KFP parameters: ``""`` means unset; a negative TTL means keep the Job; a
+        ``dsl.TaskConfig`` is parsed with :meth:`TaskPodConfig.from_kfp`."""
+        clean = {k: _none_if_empty(v) for k, v in kwargs.items() if k != "task_config"}
+        clean["task_config"] = TaskPodConfig.from_kfp(kwargs.get("task_config"))
         ttl = clean.get("ttl_seconds_after_finished")
         if ttl is not None and int(ttl) < 0:
             clean["ttl_seconds_after_finished"] = None
@@ -143,9 +187,15 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
     """The :class:`~ctr_volcano.volcano.spec.TrainJobSpec` for ``params`` (pod-side paths)."""
     from ctr_volcano.images import trainer_image
     from ctr_volcano.volcano.client import in_cluster_namespace
-    from ctr_volcano.volcano.spec import PvcVolume, Resources, TrainJobSpec
+    from ctr_volcano.volcano.spec import PvcVolume, TrainJobSpec
+    from ctr_volcano.volcano.task_config import role_resources
 
-    pods = Resources(cpu=params.cpu, memory=params.memory)
+    task = params.task_config
+    pserver_resources, trainer_resources = role_resources(task, cpu=params.cpu, memory=params.memory,
+                                                          gpus=params.gpus)
+    same_mount = any(task.claim_of(str(m["name"])) == params.pvc_name and m["mountPath"] == params.pvc_mount_path
+                     for m in task.volume_mounts)
+    explicit = (PvcVolume(params.pvc_name, params.pvc_mount_path),) if params.pvc_name and not same_mount else ()
     return TrainJobSpec(
         name=name or _job_name(params),
         namespace=params.namespace or in_cluster_namespace(),
@@ -153,14 +203,32 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         data_dir=data_dir, output_dir=output_dir,
         pservers=params.pservers, trainers=params.trainers,
         train_config=train_config_of(params),
-        pserver_resources=pods,
-        trainer_resources=replace(pods, gpu=params.gpus),
+        pserver_resources=pserver_resources,
+        trainer_resources=trainer_resources,
         queue=params.queue, priority_class=params.priority_class, max_retry=params.max_retry,
         ttl_seconds_after_finished=params.ttl_seconds_after_finished,
         schedule_timeout_s=params.schedule_timeout_s,
         service_account=params.service_account,
-        volumes=(PvcVolume(params.pvc_name, params.pvc_mount_path),) if params.pvc_name else (),
+        volumes=explicit,
+        node_selector=dict(task.node_selector), tolerations=task.tolerations, affinity=task.affinity,
+        env_vars=task.env, extra_volumes=task.volumes, extra_volume_mounts=task.volume_mounts,
         run_id=params.run_id, task_name=params.task_name)
+
+
+def check_claims(client: Any, spec: Any, handoff_claim: Optional[str]) -> None:
+    """Refuse, before submitting, claims the gang cannot share across nodes (see
+    :func:`~ctr_volcano.volcano.task_config.check_claim_access`); the hand-off claim must be RWX."""
+    from ctr_volcano.volcano.task_config import check_claim_access
+
+    claims = [v.claim_name for v in spec.volumes]
+    claims += [str((v.get("persistentVolumeClaim") or {}).get("claimName"))
+               for v in spec.extra_volumes if v.get("persistentVolumeClaim")]
+    for claim in dict.fromkeys(claims):
+        found = client.get_pvc(spec.namespace, claim)
+        if found is None:
+            raise BadInput("volumes", claim, f"no PersistentVolumeClaim {claim!r} in namespace "
+                                             f"{spec.namespace!r}; create it or fix the name")
+        check_claim_access(found, writes=claim == handoff_claim)
 
 
 def _check_before_submit(data_path: str, params: StepParams) -> None:
@@ -251,13 +319,15 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
 
     _check_before_submit(data_path, params)
     name = _job_name(params)
-    dirs = prepare_run_dir(params.pvc_mount_path, name, data_path)
+    _, handoff_claim = params.handoff_volume or (None, None)
+    dirs = prepare_run_dir(params.handoff_dir, name, data_path)
     log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'})")
     own_client = client is None
     if own_client:
         client = KubeClient.auto(params.kubeconfig, params.context)
     try:
         spec = build_spec(params, dirs.data_dir, dirs.output_dir, name=name)
+        check_claims(client, spec, handoff_claim)
         owners = run_owner_references(client, spec.namespace, log=log)
         if owners:
             spec = replace(spec, owner_references=owners)
