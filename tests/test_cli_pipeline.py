@@ -128,7 +128,7 @@ def test_submit_uploads_then_runs_the_version(fake_kfp, capsys):
     (p_path, p_spec), (v_path, v_spec) = _uploads(requests)
     assert "/upload?" in p_path and "name=ctr-training-pipeline" in p_path
     assert "upload_version" in v_path and f"name={result['version_name']}" in v_path
-    assert "pipelineInfo" in v_spec and "pvcMount" in v_spec and v_spec == p_spec
+    assert "pipelineInfo" in v_spec and "taskConfigPassthroughs" in v_spec and "workspace" in v_spec and v_spec == p_spec
     assert _posts(requests, "/apis/v2beta1/experiments")[0]["display_name"] == "nightly"
     (run,) = _posts(requests, "/apis/v2beta1/runs")
     assert run["display_name"] == "try-1" and run["experiment_id"] == "exp-1"
@@ -208,7 +208,7 @@ def test_every_pipeline_parameter_has_a_default_and_a_description(tmp_path):
     assert all(v is not None for v in params.values())
     assert cli.main(["compile", "--out-dir", str(tmp_path)]) == 0
     doc, platform = yaml.safe_load_all((tmp_path / "ctr_training_pipeline.yaml").read_text())
-    assert "pvcMount" in json.dumps(platform)
+    assert "workspace" in json.dumps(platform)  # the run workspace is the hand-off: no claim to name
     root = doc["root"]["inputDefinitions"]["parameters"]
     assert set(root) == set(params)
     for name, spec in root.items():
