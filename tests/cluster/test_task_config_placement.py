@@ -25,7 +25,7 @@ TAINT = "ctr-test/dedicated"
 
 def _workspace_claim(api, ns: str, name: str) -> None:
     """An RWX claim bound to a hostPath volume. The mini cluster runs no PV binder, so the test sets
-    the Bound status the binder would (as kwok plays the kubelet)."""
+    the Bound status and annotation the binder would (as kwok plays the kubelet)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -35,7 +35,9 @@ def _workspace_claim(api, ns: str, name: str) -> None:
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": modes, "storageClassName": "",
                  "hostPath": {"path": f"/tmp/{ns}"}, "claimRef": {"namespace": ns, "name": name}}})
     core.create_namespaced_persistent_volume_claim(ns, {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        # what the binder marks; the scheduler's VolumeBinding plugin counts a claim bound only with it
+        "metadata": {"name": name, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
         "spec": {"accessModes": modes, "storageClassName": "", "volumeName": f"pv-{ns}",
                  "resources": {"requests": {"storage": "1Gi"}}}})
     core.patch_persistent_volume_status(f"pv-{ns}", {"status": {"phase": "Bound"}})
@@ -110,8 +112,12 @@ def test_gang_from_a_task_config_lands_only_on_the_tainted_labelled_nodes(cluste
     run = LauncherThread(sandbox.launcher_kubeconfig, spec).start()
     blocked = LauncherThread(sandbox.launcher_kubeconfig, spec_b).start()
     try:
-        wait_for("the gang Running", lambda: len(running_pods(api, ns, "placed")) == GANG, timeout=90,
-                 cluster=cluster)
+        try:
+            wait_for("the gang Running", lambda: len(running_pods(api, ns, "placed")) == GANG, timeout=90,
+                     cluster=cluster)
+        except BaseException:
+            print("\n".join(run.lines[-20:]))
+            raise
         pods = job_pods(api, ns, "placed")
         placed = {p.metadata.name: p.spec.node_name for p in pods}
         assert set(placed.values()) <= set(targets), f"pods outside the tainted/labelled nodes: {placed}"
