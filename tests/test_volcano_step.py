@@ -246,3 +246,23 @@ def test_rbac_is_namespaced_and_exactly_the_launcher_verbs():
     assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "runner", "namespace": "ml"}]
     with pytest.raises(BadInput, match="namespace"):
         build_rbac("Bad NS")
+
+
+def test_a_read_write_once_handoff_claim_is_refused_before_any_copy_or_submit(fake, tmp_path, prep):
+    fake.put_pvc(NS, "rwo-claim", access_modes=("ReadWriteOnce",))
+    pvc = tmp_path / "pvc"
+    pvc.mkdir()
+    client = KubeClient(fake.api_client())
+    try:
+        with pytest.raises(BadInput) as err:
+            run_training_step(str(prep), str(tmp_path / "model"),
+                              StepParams(backend="volcano", namespace=NS, image="img:1", pvc_name="rwo-claim",
+                                         pvc_mount_path=str(pvc), run_id="r", poll_s=0.01), client=client)
+        with pytest.raises(BadInput, match="no PersistentVolumeClaim 'missing'"):
+            run_training_step(str(prep), str(tmp_path / "model"),
+                              StepParams(backend="volcano", namespace=NS, image="img:1", pvc_name="missing",
+                                         pvc_mount_path=str(pvc), run_id="r", poll_s=0.01), client=client)
+    finally:
+        client.close()
+    assert err.value.field == "volumes.rwo-claim.accessModes" and "ReadWriteMany" in err.value.fix
+    assert not fake.jobs and list(pvc.iterdir()) == []  # nothing copied, nothing submitted

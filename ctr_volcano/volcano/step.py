@@ -215,19 +215,21 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         run_id=params.run_id, task_name=params.task_name)
 
 
-def check_claims(client: Any, spec: Any, handoff_claim: Optional[str]) -> None:
-    """Refuse, before submitting, claims the gang cannot share across nodes (see
-    :func:`~ctr_volcano.volcano.task_config.check_claim_access`); the hand-off claim must be RWX."""
+def check_claims(client: Any, params: StepParams) -> None:
+    """Refuse, before any copy or submit, claims the gang cannot share across nodes (see
+    :func:`~ctr_volcano.volcano.task_config.check_claim_access`): every claim the gang would mount
+    must exist, and the hand-off claim must be ReadWriteMany."""
+    from ctr_volcano.volcano.client import in_cluster_namespace
     from ctr_volcano.volcano.task_config import check_claim_access
 
-    claims = [v.claim_name for v in spec.volumes]
-    claims += [str((v.get("persistentVolumeClaim") or {}).get("claimName"))
-               for v in spec.extra_volumes if v.get("persistentVolumeClaim")]
+    namespace = params.namespace or in_cluster_namespace()
+    _, handoff_claim = params.handoff_volume or (None, None)
+    claims = ([params.pvc_name] if params.pvc_name else []) + list(params.task_config.claims())
     for claim in dict.fromkeys(claims):
-        found = client.get_pvc(spec.namespace, claim)
+        found = client.get_pvc(namespace, claim)
         if found is None:
             raise BadInput("volumes", claim, f"no PersistentVolumeClaim {claim!r} in namespace "
-                                             f"{spec.namespace!r}; create it or fix the name")
+                                             f"{namespace!r}; create it or fix the name")
         check_claim_access(found, writes=claim == handoff_claim)
 
 
@@ -319,15 +321,14 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
 
     _check_before_submit(data_path, params)
     name = _job_name(params)
-    _, handoff_claim = params.handoff_volume or (None, None)
-    dirs = prepare_run_dir(params.handoff_dir, name, data_path)
-    log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'})")
     own_client = client is None
     if own_client:
         client = KubeClient.auto(params.kubeconfig, params.context)
     try:
+        check_claims(client, params)
+        dirs = prepare_run_dir(params.handoff_dir, name, data_path)
+        log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'})")
         spec = build_spec(params, dirs.data_dir, dirs.output_dir, name=name)
-        check_claims(client, spec, handoff_claim)
         owners = run_owner_references(client, spec.namespace, log=log)
         if owners:
             spec = replace(spec, owner_references=owners)

@@ -100,7 +100,7 @@ def test_gang_from_a_task_config_lands_only_on_the_tainted_labelled_nodes(cluste
     assert params.handoff_volume == ("task_config", claim)
     kube = KubeClient.from_kubeconfig(sandbox.launcher_kubeconfig)
     try:
-        check_claims(kube, spec, claim)  # reads the claim as the launcher's ServiceAccount
+        check_claims(kube, params)  # reads the claim as the launcher's ServiceAccount
     finally:
         kube.close()
 
