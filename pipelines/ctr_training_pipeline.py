@@ -34,8 +34,6 @@ from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
 from components.train import train_ctr
 from ctr_volcano.legacy_kfp import without_task_config
 
-_train_ctr_legacy = without_task_config(train_ctr)
-
 __all__ = ["ctr_training_pipeline", "ctr_training_pipeline_legacy", "PIPELINE_NAME", "DEFAULT_DATA_URI",
            "DEFAULT_PVC_NAME", "WORKSPACE", "MIN_KFP_BACKEND"]
 
@@ -54,6 +52,8 @@ MIN_KFP_BACKEND = "2.15"
 #: storage class is the cluster's default or the one the KFP admin set for workspaces.
 WORKSPACE = dsl.WorkspaceConfig(
     size="20Gi", kubernetes=dsl.KubernetesWorkspaceConfig(pvcSpecPatch={"accessModes": ["ReadWriteMany"]}))
+#: ``train_ctr`` without the TaskConfig interface, for the legacy YAML.
+_train_ctr_legacy = without_task_config(train_ctr)
 
 
 def ctr_training_pipeline(
@@ -148,24 +148,27 @@ def ctr_training_pipeline(
                    metrics=evaluation.outputs["metrics"], report=evaluation.outputs["report"])
 
 
+_BODY = ctr_training_pipeline  # the undecorated body; the name is rebound to the KFP pipeline below
+
+
 def _define(legacy: bool):
     """The pipeline as KFP builds it: both variants share the body and the parameters above; the
     default one has no ``pvc_name`` (its body then sees ``None`` and uses the run workspace)."""
-    func = ctr_training_pipeline
+    func = _BODY
     if not legacy:
-        full = inspect.signature(ctr_training_pipeline)
+        full = inspect.signature(_BODY)
         sig = full.replace(parameters=[p for n, p in full.parameters.items() if n != "pvc_name"])
 
         def func(*args, **kwargs):  # type: ignore[no-redef]
-            return ctr_training_pipeline(pvc_name=None, **sig.bind(*args, **kwargs).arguments)
+            return _BODY(pvc_name=None, **sig.bind(*args, **kwargs).arguments)
 
-        functools.update_wrapper(func, ctr_training_pipeline)
+        functools.update_wrapper(func, _BODY)
         func.__signature__ = sig  # type: ignore[attr-defined]
-        func.__doc__ = re.sub(r"\n        pvc_name: [^\n]*", "", ctr_training_pipeline.__doc__ or "")
+        func.__doc__ = re.sub(r"\n        pvc_name: [^\n]*", "", _BODY.__doc__ or "")
     return dsl.pipeline(func, name=PIPELINE_NAME,
                         display_name="CTR training: PaddlePaddle parameter server on Volcano",
                         pipeline_config=None if legacy else dsl.PipelineConfig(workspace=WORKSPACE))
 
 
 ctr_training_pipeline_legacy = _define(legacy=True)
-ctr_training_pipeline = _define(legacy=False)  # noqa: F811 - the undecorated body is only used above
+ctr_training_pipeline = _define(legacy=False)  # noqa: F811
