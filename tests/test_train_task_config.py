@@ -276,3 +276,57 @@ def test_readme_snippet_through_kfps_executor_puts_the_task_settings_on_the_volc
     # the model came back through the workspace into the step's KFP output
     assert (out / "model" / "model_meta.json").is_file()
     assert json.loads((out / "executor_output.json").read_text())["artifacts"]["metrics"]
+
+
+def test_legacy_yaml_runs_through_kfps_executor_on_explicit_parameters(tmp_path, prep):
+    """``compile --legacy-kfp``: the component has no TaskConfig input, so KFP's executor hands the
+    function an empty one; the gang gets the explicit cpu/memory and the named claim."""
+    import inspect
+
+    from ctr_volcano.pipeline_run import compile_all
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline_legacy
+
+    compile_all(str(tmp_path / "legacy"), legacy=True)
+    docs = list(yaml.safe_load_all((tmp_path / "legacy" / "ctr_training_pipeline.yaml").read_text()))
+    args = {n: p.default for n, p in inspect.signature(ctr_training_pipeline_legacy.pipeline_func).parameters.items()}
+    args.update(cpu="3", memory="5Gi", pvc_name="ctr-data")
+    config, own_pod = task_config_for(docs, "train-ctr", args)
+    assert own_pod["volumes"] == [{"name": "ctr-data", "persistentVolumeClaim": {"claimName": "ctr-data"}}]
+    out = tmp_path / "outputs"
+    out.mkdir()
+    executor_input = executor_input_for(docs, "train-ctr", args, output_dir=str(out),
+                                        input_artifacts={"train_data": ("system.Dataset", str(prep))})
+    params = executor_input["inputs"]["parameterValues"]
+    assert "task_config" not in params and params["cpu"] == "3" and params["pvc_name"] == "ctr-data"
+    claim_dir = tmp_path / "claim"  # where the driver's pvcMount puts the claim (/mnt/ctr in a pod)
+    claim_dir.mkdir()
+    params.update(pvc_mount_path=str(claim_dir), poll_interval_s=0.05)
+
+    def gang_trains(fake):
+        (ns, name), job = next(iter(fake.jobs.items()))
+        trainer = next(t for t in job["spec"]["tasks"] if t["name"] == "trainer")
+        env_ = {e["name"]: e.get("value") for e in trainer["template"]["spec"]["containers"][0]["env"]}
+        (Path(env_["CTR_OUTPUT_DIR"]) / "model").mkdir(parents=True)
+        (Path(env_["CTR_OUTPUT_DIR"]) / "model" / "model_meta.json").write_text("{}")
+        (Path(env_["CTR_OUTPUT_DIR"]) / "metrics.json").write_text("{}")
+        fake.set_phase(ns, name, "Completed", succeeded=4)
+
+    fake = FakeKube(crd_path=str(CRD)).start()
+    try:
+        fake.put_pvc("default", "ctr-data")
+        fake.script = [lambda f: None, gang_trains]
+        env = dict(os.environ, PYTHONPATH=str(REPO), KUBECONFIG=fake.write_kubeconfig(str(tmp_path / "kc")),
+                   TMPDIR=str(tmp_path))
+        component = list(yaml.safe_load_all((tmp_path / "legacy" / "train_ctr.yaml").read_text()))
+        proc = _run_executor(component, executor_input, env, str(tmp_path))
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        jobs = dict(fake.jobs)
+    finally:
+        fake.stop()
+    (job,) = jobs.values()
+    for task in job["spec"]["tasks"]:
+        pod = task["template"]["spec"]
+        assert pod["containers"][0]["resources"]["requests"] == {"cpu": "3", "memory": "5Gi"}
+        assert [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]] == ["ctr-data"]
+        assert "nodeSelector" not in pod and "tolerations" not in pod
+    assert (out / "model" / "model_meta.json").is_file()
