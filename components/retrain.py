@@ -75,13 +75,14 @@ def find_champion(registry: str, model_name: str, champion: Output[Model]):
     from ctr_volcano.registry import ModelRegistry
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    found = ModelRegistry(registry, model_name).champion()
+    reg = ModelRegistry(registry, model_name)
+    found = reg.champion()
     os.makedirs(champion.path, exist_ok=True)
     if found is None:
         champion.metadata.update({"found": False, "version": ""})
         logging.info("find_champion: %s has no champion for %s yet: cold start", registry, model_name)
         return
-    ModelRegistry(registry, model_name).download(found, champion.path)
+    reg.download(found, champion.path)
     champion.metadata.update({"found": True, "version": found.version,
                               "auc": found.meta.get("metrics", {}).get("challenger_auc", -1.0)})
     logging.info("find_champion: champion of %s is version %s (%s)", model_name, found.version,

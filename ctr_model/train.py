@@ -31,7 +31,8 @@ from ctr_model import checkpoint as ckpt
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
 from ctr_model.data import DataError, assign_shards, convert_shards, resolve_split
-from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
+from ctr_model.warm_start import (WarmStart, WarmStartError, check_compatible, export_checkpoint,
+                                  read_init_model)
 
 __all__ = ["main", "auc_from_stats", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
 

@@ -91,7 +91,10 @@ def compare(challenger_dir: str, champion_dir: Optional[str], test_data: str, ou
     from ctr_volcano.evaluate import evaluate
 
     decide(0.5, None, min_auc, tolerance)       # refuse bad thresholds before scoring anything
-    scalars = lambda m: {k: v for k, v in m.items() if isinstance(v, (int, float, str))}  # noqa: E731
+
+    def scalars(metrics: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))}
+
     challenger = scalars(evaluate(challenger_dir, test_data, os.path.join(out_dir, "challenger"),
                                   batch_size=batch_size))
     champion = None
@@ -113,11 +116,12 @@ def render_markdown(result: Dict[str, Any], challenger_label: str = "challenger"
     d = result["decision"]
     rows = ["| metric | " + challenger_label + " | " + champion_label + " |", "|---|---|---|"]
     champ = result.get("champion") or {}
+
+    def fmt(value: Any) -> str:
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
     for key in ("auc", "logloss", "rows", "positive_rate", "mean_prediction"):
-        c = result["challenger"].get(key)
-        h = champ.get(key, "-")
-        fmt = (lambda v: f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
-        rows.append(f"| {key} | {fmt(c)} | {fmt(h)} |")
+        rows.append(f"| {key} | {fmt(result['challenger'].get(key))} | {fmt(champ.get(key, '-'))} |")
     verdict = "PUBLISHED (new champion)" if d["publish"] else "REFUSED (champion unchanged)"
     return (f"# Champion/challenger gate: {verdict}\n\n{d['reason']}.\n\n"
             f"min_auc {d['min_auc']:g}, tolerance {d['tolerance']:g}\n\n" + "\n".join(rows) + "\n")
