@@ -66,7 +66,8 @@ def main(argv=None) -> int:
         t = time.monotonic()
         result = train_local(data, os.path.join(work, "models", name), {**config, "epochs": epochs},
                              pservers=args.pservers, trainers=args.trainers, max_retry=0,
-                             job_id=f"bench-{name}", log=lambda m: None, init_model=init)
+                             job_id=f"bench-{name}", log=lambda m: None, init_model=init,
+                             workdir=os.path.join(work, "gangs", name))
         auc = float(result.metrics["test"]["auc"])
         _log.info("%s: %d epoch(s)%s: test AUC %.4f (%.0fs)", name, epochs,
                   " warm" if init else " cold", auc, time.monotonic() - t)

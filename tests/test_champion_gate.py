@@ -42,7 +42,7 @@ def trained(tmp_path_factory):
     cfg = {"fc_sizes": [16], "embedding_dim": 4, "batch_size": 64, "learning_rate": 0.01, "epochs": 1,
            "sparse_shards": 2}
     train_local(str(root / "data"), str(root / "good"), cfg, pservers=1, trainers=1, max_retry=0,
-                job_id="gate-good", log=lambda m: None)
+                job_id="gate-good", log=lambda m: None, workdir=str(root / "work"))
     # a broken challenger: the same model with its output layer zeroed scores every row alike
     shutil.copytree(root / "good", root / "broken")
     dense = dict(np.load(root / "good" / "dense.npz"))

@@ -34,7 +34,8 @@ def first(data, tmp_path_factory):
     """A cold-started model (1 epoch) exported with its warm-start checkpoint."""
     model = str(tmp_path_factory.mktemp("first") / "model")
     result = train_local(data, model, {**SMALL, "epochs": 1}, pservers=2, trainers=1,
-                         max_retry=0, job_id="ws-first", log=lambda m: None)
+                         max_retry=0, job_id="ws-first", log=lambda m: None,
+                         workdir=str(tmp_path_factory.mktemp("first-work")))
     return model, result
 
 
@@ -52,7 +53,8 @@ def test_warm_start_continues_the_model(data, first, tmp_path):
     model, cold = first
     lines = []
     warm = train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 1}, pservers=2, trainers=1,
-                       max_retry=0, job_id="ws-warm", log=lines.append, init_model=model)
+                       max_retry=0, job_id="ws-warm", log=lines.append, init_model=model,
+                       workdir=str(tmp_path / "work"))
     assert warm.metrics["init_model"] == os.path.abspath(model)
     # the trainer log says where it started from
     with open(os.path.join(os.path.dirname(warm.output_dir), "gang", "attempt-1", "trainer-0.log")) as fh:
