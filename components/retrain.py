@@ -159,7 +159,7 @@ def register_model(
 
     Args:
         model: the model trained by this run.
-        champion: the champion it was warm-started from (its version becomes the parent).
+        champion: the champion it was compared with (and, unless warm_start=False, continued).
         gate_metrics: the gate's metrics (both AUCs, the decision and its reason).
         raw_data: the run's data window (its metadata is recorded).
         registry: the model registry (directory or s3:// prefix).
@@ -176,11 +176,12 @@ def register_model(
     with open(gate_metrics.path) as fh:
         gate = json.load(fh)
     reg = ModelRegistry(registry, model_name)
-    parent = champion.metadata.get("version") or None
+    parent = model.metadata.get("warm_start_from") or None     # set by train_ctr when it warm-started
     window = {k: raw_data.metadata.get(k) for k in ("run_date", "date_source", "dates")}
     metrics = {"challenger_auc": gate["decision"]["challenger_auc"],
                "champion_auc": gate["decision"]["champion_auc"],
-               "test_rows": gate["challenger"]["rows"], "champion_version": parent}
+               "test_rows": gate["challenger"]["rows"],
+               "champion_version": champion.metadata.get("version") or None}
     reg.register(model.path, version, metrics=metrics, window=window, parent=parent,
                  decision=gate["decision"])
     if promote:
@@ -189,4 +190,4 @@ def register_model(
                      pointer["previous"])
     else:
         logging.info("register_model: %s registered, not promoted (%s); champion stays %s", version,
-                     gate["decision"]["reason"], parent)
+                     gate["decision"]["reason"], champion.metadata.get("version") or "none")

@@ -50,6 +50,7 @@ def train_ctr(
     ttl_seconds_after_finished: int = 3600,
     poll_interval_s: float = 10.0,
     init_model: Input[Model] = None,
+    warm_start: bool = True,
 ):
     """Train the CTR model with a PaddlePaddle parameter-server gang.
 
@@ -84,6 +85,8 @@ def train_ctr(
         poll_interval_s: Volcano only: seconds between status polls (and log reads) of the Job.
         init_model: optional: a model to warm-start from (its pservers load its checkpoint before the
             first epoch); a find_champion output with found=False means train from scratch.
+        warm_start: False ignores init_model and trains from scratch (e.g. after changing the network
+            shape, which an init model must match).
     """
     import json
     import os
@@ -109,7 +112,9 @@ def train_ctr(
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     init = None
-    if init_model is not None and init_model.metadata.get("found", True):
+    if init_model is not None and not warm_start:
+        logging.info("train_ctr: warm_start=False: cold start (init_model ignored)")
+    elif init_model is not None and init_model.metadata.get("found", True):
         init = init_model.path
         logging.info("train_ctr: warm start from version %s (%s)",
                      init_model.metadata.get("version") or "?", init_model.uri)

@@ -39,7 +39,8 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     Returns:
         The summary written to ``WORKDIR/backfill.json``: ``registry``, ``model_name``, ``champion``
         (the final champion's version) and ``days``: per day ``run_date``, ``version``,
-        ``published``, ``challenger_auc``, ``champion_auc``, ``parent``, ``reason``, ``seconds``.
+        ``published``, ``challenger_auc``, ``champion_auc``, ``champion`` (the version it was
+        compared with), ``parent`` (the version it was warm-started from), ``reason``, ``seconds``.
 
     Raises:
         BadInput: bad dates, counts or parameters (before any run).
@@ -89,7 +90,8 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
                   "published": bool(task.outputs["published"]),
                   "challenger_auc": gate["decision"]["challenger_auc"],
                   "champion_auc": gate["decision"]["champion_auc"],
-                  "parent": gate.get("champion_version") or None,
+                  "champion": gate.get("champion_version") or None,
+                  "parent": new[-1].meta.get("parent") if new else None,
                   "reason": gate["decision"]["reason"], "seconds": round(seconds, 1)}
         records.append(record)
         if on_day:

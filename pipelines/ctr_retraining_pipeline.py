@@ -84,6 +84,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True):
         schedule_timeout_s: int = 600,
         min_auc: float = 0.7,
         tolerance: float = 0.002,
+        warm_start: bool = True,
     ) -> NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics), ("gate_report", Markdown),
                                 ("model", Model)]):
         """Retrain the CTR model on the run's days, continuing the champion, and promote it only if it is not worse.
@@ -117,6 +118,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True):
             schedule_timeout_s: seconds the gang may wait for the Volcano scheduler before the step fails.
             min_auc: the challenger is never published below this test AUC (it decides the first run).
             tolerance: the challenger is published if its AUC >= the champion's - tolerance on the same split.
+            warm_start: continue the champion; False trains from scratch (needed once after changing the network shape or hash_buckets), still gated against the champion.
 
         Returns:
             published: whether the challenger became the champion; gate_metrics and gate_report: both
@@ -139,7 +141,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True):
             learning_rate=learning_rate, max_retry=max_retry, namespace=namespace, image=image, queue=queue,
             priority_class=priority_class, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu,
             memory=memory, schedule_timeout_s=schedule_timeout_s, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, warm_start=warm_start)
         train.set_display_name("train (warm start from the champion)")
         gate = champion_challenger_gate(challenger=train.outputs["model"], champion=champion.outputs["champion"],
                                         test_data=prep.outputs["test_data"], min_auc=min_auc,

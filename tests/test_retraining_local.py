@@ -66,7 +66,8 @@ def test_three_days_warm_start_from_the_champion(backfill):
     _, work, summary, _, log = backfill
     d1, d2, d3 = summary["days"]
     assert [d["run_date"] for d in summary["days"]] == DATES
-    assert d1["published"] and d1["parent"] is None and d1["champion_auc"] is None
+    assert d1["published"] and d1["parent"] is None and d1["champion"] is None
+    assert d1["champion_auc"] is None
     # day 2 and 3 continue the champion of the day before, and say so
     assert d2["parent"] == d1["version"] and d3["parent"] == (d2["version"] if d2["published"]
                                                               else d1["version"])
@@ -79,16 +80,20 @@ def test_three_days_warm_start_from_the_champion(backfill):
     for day in (d2, d3):
         assert f"train_ctr: warm start from version {day['parent']}" in log
     # and the gang was handed the champion (the trainers' metrics name the model they loaded)
-    inits = [json.loads(p.read_text()).get("init_model") for p in _train_metrics(work)]
+    inits = [json.loads(p.read_text()).get("init_model") for p in _step_files(work, "train-ctr", "metrics")]
     assert inits[0] is None and all(i and i.endswith("find-champion/champion") for i in inits[1:])
+    # prep's stats record the resolved window and the files it read
+    stats = [json.loads(p.read_text()) for p in _step_files(work, "prepare-ctr-data", "stats")]
+    assert [s["window"]["dates"] for s in stats] == [[d] for d in DATES]
+    assert [os.path.basename(i["path"]) for i in stats[2]["inputs"]] == [f"{DATES[2]}-part-00000.tsv"]
 
 
-def _train_metrics(work):
-    """The train step's metrics file of each day's run, in run order."""
+def _step_files(work, task, output):
+    """One step's output file of each day's run, in run order."""
     for run in sorted(os.listdir(work / "runs")):
         base = work / "runs" / run / "outputs"
         for pipe in os.listdir(base):
-            path = base / pipe / "train-ctr" / "metrics"
+            path = base / pipe / task / output
             if path.exists():
                 yield path
 
@@ -124,12 +129,16 @@ def test_broken_challenger_is_refused_and_the_champion_stays(backfill, tmp_path)
     broken = tmp_path / "broken" / f"day={DATES[2]}"
     broken.mkdir(parents=True)
     (broken / "part-00000.tsv").write_bytes(b"".join(lines))
+    # trained from scratch (warm_start=false), so it is the shuffled labels alone that it learned;
+    # min_auc=0 lets it past the floor, so it is the comparison with the champion that refuses it
     rc, log = _run_cli(["run", "--days", "1", "--data", str(tmp_path / "broken") + "/day={date}",
                         "--start-date", DATES[2], "--workdir", str(work / "broken"),
-                        "--registry", summary["registry"]] + _cli_params(), tmp_path / "broken.log")
+                        "--registry", summary["registry"]] + _cli_params()
+                       + ["-p", "warm_start=false", "-p", "min_auc=0"], tmp_path / "broken.log")
     assert rc == 0, log[-4000:]
+    assert "train_ctr: warm_start=False: cold start (init_model ignored)" in log
     (day,) = json.loads((work / "broken" / "backfill.json").read_text())["days"]
-    assert day["parent"] == before.version
+    assert day["champion"] == before.version and day["parent"] is None
     assert not day["published"], day
     assert "< champion AUC" in day["reason"]
     after = reg.champion()
