@@ -67,7 +67,12 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         if key in ("run_date", "data_uri", "registry"):
             raise BadInput("params", key, "set by run --days itself (use --start-date, --data, --registry)")
         args[key] = value
-    resolve_window(data_uri, run_date=first.isoformat())        # refuse a bad template up front
+    window_days = int(args.get("window_days", 1))
+    window = resolve_window(data_uri, run_date=first.isoformat(), window_days=window_days)  # bad template
+    if days > 1 and window.sources == resolve_window(
+            data_uri, run_date=(first + _dt.timedelta(days=1)).isoformat(), window_days=window_days).sources:
+        raise BadInput("--data", data_uri, "every day would read the same data: put a {date} template "
+                                           "in it, e.g. DIR/day={date}")
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     registry = os.path.abspath(registry) if registry else str(work / "registry")

@@ -54,3 +54,26 @@ def test_local_variant_differs_only_in_the_two_time_placeholders(tmp_path):
         assert wb[key]["runtimeValue"]["constant"] == ""
         wa[key] = wb[key]
     assert a == b
+
+
+import pytest  # noqa: E402
+
+from ctr_volcano import cli  # noqa: E402
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--days", "2", "--data", "d/day={date}"], "--start-date"),
+    (["--days", "2", "--start-date", "2026-01-01"], "--data"),
+    (["--days", "2", "--start-date", "1/2/2026", "--data", "d/day={date}"], "--start-date"),
+    (["--days", "0", "--start-date", "2026-01-01", "--data", "d/day={date}"], "--days"),
+    (["--days", "2", "--start-date", "2026-01-01", "--data", "d/fixed"], "--data='d/fixed'"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={day}"], "data_uri"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p", "epochz=1"], "--param"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p", "run_date=2026-01-01"],
+     "params"),
+    (["--registry", "r"], "--registry"),
+])
+def test_backfill_refuses_bad_input_before_any_run(tmp_path, capsys, argv, field):
+    assert cli.main(["run", "--workdir", str(tmp_path / "w")] + argv) == 2
+    assert field in capsys.readouterr().err
+    assert not (tmp_path / "w" / "runs").exists()
