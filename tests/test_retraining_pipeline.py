@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
+
+from ctr_volcano import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,11 +57,6 @@ def test_local_variant_differs_only_in_the_two_time_placeholders(tmp_path):
         assert wb[key]["runtimeValue"]["constant"] == ""
         wa[key] = wb[key]
     assert a == b
-
-
-import pytest  # noqa: E402
-
-from ctr_volcano import cli  # noqa: E402
 
 
 @pytest.mark.parametrize("argv,field", [
