@@ -57,6 +57,10 @@ def prepare_ctr_data(
                         seed=int(seed))
     os.makedirs(os.path.dirname(stats.path) or ".", exist_ok=True)
     result = prep_splits([raw_data.path], train_data.path, test_data.path, config)
+    window_file = os.path.join(raw_data.path, "window.json")   # written by resolve_data_window
+    if os.path.isfile(window_file):
+        with open(window_file) as fh:
+            result["window"] = json.load(fh)
     with open(stats.path, "w") as fh:
         json.dump(result, fh, indent=2)
     for key in ("rows_in", "rows_train", "rows_test", "rows_rejected", "positive_rate",

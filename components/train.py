@@ -71,6 +71,8 @@ def train_ctr(
     ttl_seconds_after_finished: int = 3600,
     poll_interval_s: float = 10.0,
     workspace_path: str = "",
+    init_model: Input[Model] = None,
+    warm_start: bool = True,
 ):
     """Train the CTR model with a PaddlePaddle parameter-server gang.
 
@@ -109,6 +111,10 @@ def train_ctr(
         poll_interval_s: Volcano only: seconds between status polls (and log reads) of the Job.
         workspace_path: Volcano only: the run workspace (pass dsl.WORKSPACE_PATH_PLACEHOLDER); data
             and model travel through it instead of pvc_name.
+        init_model: optional: a model to warm-start from (its pservers load its checkpoint before the
+            first epoch); a find_champion output with found=False means train from scratch.
+        warm_start: False ignores init_model and trains from scratch (e.g. after changing the network
+            shape, which an init model must match).
     """
     import json
     import os
@@ -130,8 +136,21 @@ def train_ctr(
         for key, value in identity.items():
             job_info.metadata[key] = value
 
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    init = None
+    if init_model is not None and not warm_start:
+        logging.info("train_ctr: warm_start=False: cold start (init_model ignored)")
+    elif init_model is not None and init_model.metadata.get("found", True):
+        init = init_model.path
+        logging.info("train_ctr: warm start from version %s (%s)",
+                     init_model.metadata.get("version") or "?", init_model.uri)
+    elif init_model is not None:
+        logging.info("train_ctr: no champion to warm-start from: cold start")
     os.makedirs(model.path, exist_ok=True)
-    result = run_training_step(train_data.path, model.path, params, on_identity=record_identity)
+    result = run_training_step(train_data.path, model.path, params, on_identity=record_identity,
+                               init_model=init)
     numeric = {k: v for k, v in dict(result.metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     numeric["attempts"] = result.attempts
@@ -140,3 +159,5 @@ def train_ctr(
     with open(metrics.path, "w", encoding="utf-8") as fh:
         json.dump(dict(result.metrics), fh, indent=2, sort_keys=True, default=str)
     model.metadata["backend"] = params.backend
+    if init is not None:
+        model.metadata["warm_start_from"] = init_model.metadata.get("version") or init_model.uri

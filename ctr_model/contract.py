@@ -28,7 +28,7 @@ __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
     "ENV_ROLE", "ENV_PS_PORT", "ENV_PS_PORT_STRIDE", "ENV_GLOO_PORT", "ENV_DATA_DIR",
     "ENV_OUTPUT_DIR", "ENV_TRAIN_CONFIG", "ENV_JOB_ID", "ENV_VOLCANO_DIR", "ENV_PSERVERS",
-    "ENV_TRAINERS",
+    "ENV_TRAINERS", "ENV_INIT_MODEL",
     "GangContract", "role_env", "volcano_plugin_env", "host_file_contents",
     "ContractError", "RoleSpec", "parse_role_env", "paddle_env",
 ]
@@ -51,6 +51,7 @@ ENV_OUTPUT_DIR = "CTR_OUTPUT_DIR"          # checkpoints, exported model, metric
 ENV_TRAIN_CONFIG = "CTR_TRAIN_CONFIG"      # TrainConfig as a JSON object (the --config file wins)
 ENV_JOB_ID = "CTR_JOB_ID"                  # gang identity (Volcano Job name / local gang id)
 ENV_VOLCANO_DIR = "CTR_VOLCANO_DIR"        # host-file dir; default /etc/volcano (local backend overrides)
+ENV_INIT_MODEL = "CTR_INIT_MODEL"          # optional: exported model to warm-start from (shared storage)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class GangContract:
         gloo_port: Paddle's Gloo HTTP rendezvous port, served by pserver 0.
         train_config: the training config as a plain JSON-able dict (``ctr_model`` validates it).
         volcano_dir: where the svc plugin's host files are; ``None`` means Volcano's default.
+        init_model: an exported model directory (with ``warm_start/``) the pservers load before the
+            first epoch; shared storage, because the pservers read it. ``None`` trains from scratch.
     """
 
     job_id: str
@@ -81,6 +84,7 @@ class GangContract:
     gloo_port: int = 36100
     train_config: Mapping[str, object] = field(default_factory=dict)
     volcano_dir: Optional[str] = None
+    init_model: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.job_id:
@@ -121,6 +125,8 @@ def role_env(contract: GangContract, role: str) -> Dict[str, str]:
     }
     if contract.volcano_dir:
         env[ENV_VOLCANO_DIR] = contract.volcano_dir
+    if contract.init_model:
+        env[ENV_INIT_MODEL] = contract.init_model
     return env
 
 
@@ -173,6 +179,7 @@ class RoleSpec:
         data_dir: prep output or split directory.
         output_dir: shared output directory.
         train_config_json: the raw training config JSON (validated by ``TrainConfig``).
+        init_model: exported model to warm-start from; ``""`` trains from scratch.
     """
 
     role: str
@@ -186,6 +193,7 @@ class RoleSpec:
     data_dir: str
     output_dir: str
     train_config_json: str = "{}"
+    init_model: str = ""
 
     @property
     def pservers(self) -> int:
@@ -299,7 +307,8 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
     return RoleSpec(role=role, index=index, job_id=job_id, pserver_hosts=pserver_hosts,
                     trainer_hosts=trainer_hosts, ps_port=ps_port, ps_port_stride=stride,
                     gloo_port=gloo_port, data_dir=data_dir, output_dir=output_dir,
-                    train_config_json=env.get(ENV_TRAIN_CONFIG, "") or "{}")
+                    train_config_json=env.get(ENV_TRAIN_CONFIG, "") or "{}",
+                    init_model=env.get(ENV_INIT_MODEL, "").strip())
 
 
 def paddle_env(spec: RoleSpec) -> Dict[str, str]:

@@ -31,6 +31,8 @@ from ctr_model import checkpoint as ckpt
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
 from ctr_model.data import DataError, assign_shards, convert_shards, resolve_split
+from ctr_model.warm_start import (WarmStart, WarmStartError, check_compatible, export_checkpoint,
+                                  read_init_model)
 
 __all__ = ["main", "auc_from_stats", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
 
@@ -240,6 +242,12 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = Tr
     if len(split.files) < spec.trainers:
         raise DataError(f"{split.path} has {len(split.files)} shards for {spec.trainers} trainers: "
                         f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+    init = None
+    if spec.init_model:   # refuse a mismatched init model before any long work
+        from ctr_model.features import SCHEMA_VERSION
+
+        init = read_init_model(spec.init_model)
+        check_compatible(init, config.to_dict(), spec.pservers, SCHEMA_VERSION)
     mine = assign_shards(split.files, spec.index, spec.trainers)
     cache = _cache_dir(spec)
     # Convert in the background while Paddle starts up (imports, program, rendezvous): Arrow's
@@ -255,13 +263,14 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = Tr
 
     future = pool.submit(convert)
     try:
-        return _train(spec, config, future, len(mine))
+        return _train(spec, config, future, len(mine), init)
     finally:
         pool.shutdown(wait=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> int:
+def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
+           init: Optional[WarmStart] = None) -> int:
     import numpy as np
     import paddle
 
@@ -284,6 +293,12 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
         _pull_dense(fleet)
         start_epoch = resume.epoch
         _log(spec, f"resumed from {resume.path} (epoch {resume.epoch})")
+    elif init is not None:
+        # Paddle's PS load path: trainer 0 asks every pserver to load its shards of both tables
+        fleet.load_model(init.checkpoint, mode=0)
+        _pull_dense(fleet)
+        _log(spec, f"warm start from {init.model_dir} (job {init.meta.get('job_id')}, "
+                   f"checkpoint {init.checkpoint})")
 
     t_wait = time.time()
     converted, convert_s = conversion.result()
@@ -356,6 +371,9 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
         np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
         from ctr_model.infer import write_sparse_npz
         keys = write_sparse_npz(model_dir, config.embedding_dim)
+        last = ckpt.latest_complete(spec.output_dir)
+        if last is not None:
+            export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
         _log(spec, f"exported {model_dir} ({keys} sparse keys)")
         _write_json(os.path.join(model_dir, MODEL_META), _model_meta(spec, config))
     fleet.barrier_worker()
@@ -450,6 +468,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> Non
         })
     metrics = {"epochs": epochs, "pservers": spec.pservers, "trainers": spec.trainers,
                "resumed_from_epoch": start_epoch, "config": config.to_dict(),
+               "init_model": spec.init_model or None,
                "per_trainer": {str(k): v for k, v in per_trainer.items()}}
     test = resolve_split(spec.data_dir, "test") if spec.data_dir else None
     if test is not None:
@@ -489,7 +508,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if spec.role == PSERVER:
             return run_pserver(spec, config)
         return run_trainer(spec, config, explicit_buckets)
-    except (ConfigError, DataError) as exc:
+    except (ConfigError, DataError, WarmStartError) as exc:
         print(f"ctr_model.train: {spec.name}: error: {exc}", file=sys.stderr, flush=True)
         return 2
 

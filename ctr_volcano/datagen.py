@@ -30,7 +30,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -197,7 +197,7 @@ def _tsv_bytes(table) -> bytes:
 
 
 def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level: int = 0,
-             oracle_rows: int = ORACLE_ROWS) -> Dict[str, Any]:
+             oracle_rows: int = ORACLE_ROWS, model: Optional[PlantedModel] = None) -> Dict[str, Any]:
     """Write ``rows`` synthetic Criteo lines into ``out_dir`` and measure the oracle.
 
     Args:
@@ -210,6 +210,8 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
             timestamp, so the bytes are reproducible).
         oracle_rows: size of the fresh sample the oracle is measured on (its standard error on
             the AUC is about 0.001 at the default).
+        model: draw from this planted model instead of ``planted_model(seed)`` (``seed`` still
+            selects the rows); :mod:`ctr_volcano.daily_data` passes each day's drifted model.
 
     Returns:
         The oracle dict (also written to ``out_dir/oracle.json``): ``auc``, ``logloss``,
@@ -231,7 +233,7 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
     if gzip_level not in range(10):
         raise BadInput("gzip_level", gzip_level, "must be 0 (plain TSV) or 1..9")
     os.makedirs(out_dir, exist_ok=True)
-    model = planted_model(seed)
+    model = model if model is not None else planted_model(seed)
     bounds = [rows * f // files for f in range(files + 1)]
     suffix = ".tsv.gz" if gzip_level else ".tsv"
     paths = [os.path.join(out_dir, f"part-{f:05d}{suffix}") for f in range(files)]

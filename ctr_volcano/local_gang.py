@@ -60,6 +60,7 @@ class GangSpec:
         finish_timeout_s: how long pservers may take to exit after the trainers succeeded.
         command: the pod command (defaults to ``python -m ctr_model.train``).
         extra_env: added to every role's environment.
+        init_model: exported model the gang warm-starts from (``CTR_INIT_MODEL``); ``None``: scratch.
     """
 
     job_id: str
@@ -74,6 +75,7 @@ class GangSpec:
     finish_timeout_s: float = 30.0
     command: Tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    init_model: Optional[str] = None
 
     def __post_init__(self) -> None:
         from ctr_volcano.errors import BadInput
@@ -273,7 +275,8 @@ class LocalGang:
         contract = GangContract(job_id=spec.job_id, pservers=spec.pservers, trainers=spec.trainers,
                                 data_dir=spec.data_dir, output_dir=spec.output_dir,
                                 ps_port=ports[0], ps_port_stride=1, gloo_port=ports[-1],
-                                train_config=dict(spec.train_config), volcano_dir=vdir)
+                                train_config=dict(spec.train_config), volcano_dir=vdir,
+                                init_model=spec.init_model)
         command = list(spec.command) or [sys.executable, "-m", "ctr_model.train"]
         base_env = {k: v for k, v in os.environ.items()
                     if not (k.startswith(("VC_", "VK_", "CTR_", "PADDLE_")) or k in (

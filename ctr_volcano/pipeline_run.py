@@ -27,7 +27,8 @@ from ctr_volcano.errors import BadInput, CtrVolcanoError
 
 __all__ = [
     "LOCAL_OVERRIDES", "LocalRunFailed", "default_sample_dir", "pipeline_parameters", "parse_params",
-    "run_local", "compile_all", "compiled_files", "submit",
+    "run_local", "run_in_kfp_local", "compile_all", "compiled_files", "submit", "PIPELINES",
+    "pipeline_func", "default_submit_pipeline",
 ]
 
 #: What ``ctr-volcano run`` changes from the pipeline's (cluster-oriented) defaults: train with local
@@ -46,21 +47,39 @@ def default_sample_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "sample"
 
 
-def pipeline_parameters() -> Dict[str, Any]:
-    """The training pipeline's parameters and their defaults."""
-    from pipelines.ctr_training_pipeline import ctr_training_pipeline
+#: The pipelines ``submit`` knows: name -> (module, function, description shown in the KFP UI).
+PIPELINES: Dict[str, Tuple[str, str, str]] = {
+    "training": ("pipelines.ctr_training_pipeline", "ctr_training_pipeline",
+                 "CTR training: prep, PaddlePaddle parameter-server training on Volcano, evaluation, AUC gate"),
+    "retraining": ("pipelines.ctr_retraining_pipeline", "ctr_retraining_pipeline",
+                   "CTR recurring retraining: data window by run date, warm start from the registry's "
+                   "champion, champion/challenger gate, registry"),
+}
 
-    sig = inspect.signature(ctr_training_pipeline.pipeline_func)
+
+def pipeline_func(pipeline: str = "training") -> Any:
+    """The ``@dsl.pipeline`` object named ``pipeline`` (a key of :data:`PIPELINES`)."""
+    import importlib
+
+    if pipeline not in PIPELINES:
+        raise BadInput("--pipeline", pipeline, f"use one of {', '.join(PIPELINES)}")
+    module, name, _ = PIPELINES[pipeline]
+    return getattr(importlib.import_module(module), name)
+
+
+def pipeline_parameters(pipeline: str = "training") -> Dict[str, Any]:
+    """A pipeline's parameters and their defaults (the training pipeline's by default)."""
+    sig = inspect.signature(pipeline_func(pipeline).pipeline_func)
     return {name: p.default for name, p in sig.parameters.items()}
 
 
-def parse_params(pairs: Sequence[str]) -> Dict[str, Any]:
+def parse_params(pairs: Sequence[str], pipeline: str = "training") -> Dict[str, Any]:
     """Turn ``KEY=VALUE`` strings into typed pipeline arguments (typed like the parameter's default).
 
     Raises:
         BadInput: unknown parameter, missing ``=``, or a value that does not parse as the parameter's type.
     """
-    known = pipeline_parameters()
+    known = pipeline_parameters(pipeline)
     out: Dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -106,6 +125,49 @@ def _replace(src: str, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+def run_in_kfp_local(pipeline: Any, args: Mapping[str, Any], run_dir: Path) -> Tuple[Any, float]:
+    """Run ``pipeline(**args)`` through ``kfp.local`` with its outputs under ``run_dir/outputs``.
+
+    Returns:
+        The pipeline task (its ``outputs``) and the seconds it took.
+
+    Raises:
+        LocalRunFailed: a task failed (the message names it and where its outputs are).
+    """
+    from kfp import local
+
+    # kfp.local rmtree()s workspace_root when the run ends: give it its own throwaway directory.
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir / "outputs"),
+               workspace_root=str(run_dir / "workspace"), raise_on_error=True, enable_caching=False)
+    # The steps' scratch files (kfp's per-task component sources, the training gang's logs and
+    # checkpoints) go to one short-pathed directory per run (sockets live there too, and AF_UNIX
+    # paths are limited to 108 bytes): removed after a successful run, kept after a failed one.
+    scratch = tempfile.mkdtemp(prefix="ctr-run-")
+    saved_tmpdir = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = scratch
+    started = time.monotonic()
+    try:
+        with warnings.catch_warnings():
+            # Running the component image's steps in this environment is the point of `run`.
+            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task that uses custom",
+                                    category=RuntimeWarning)
+            task = pipeline(**args)
+    except RuntimeError as exc:
+        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).rstrip(".")
+        kept = f", scratch files (gang logs) under {scratch}" if os.listdir(scratch) else ""
+        raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
+                             f"under {run_dir / 'outputs'}{kept}") from exc
+    finally:
+        if saved_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_tmpdir
+        if os.path.isdir(scratch) and not os.listdir(scratch):
+            os.rmdir(scratch)  # nothing worth keeping (e.g. the run was interrupted before training)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return task, time.monotonic() - started
+
+
 def run_local(data: Optional[str] = None, workdir: str = "workdir",
               params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Run the whole training pipeline on this machine through ``kfp.local`` and summarize it.
@@ -125,8 +187,6 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
         BadInput: missing data or an unknown parameter.
         LocalRunFailed: a task failed (the message names the task and the run directory).
     """
-    from kfp import local
-
     from pipelines.ctr_training_pipeline import ctr_training_pipeline
 
     data_path = Path(data) if data else default_sample_dir()
@@ -145,36 +205,7 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     run_dir = _fresh_run_dir(work)
-    # kfp.local rmtree()s workspace_root when the run ends: give it its own throwaway directory.
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir / "outputs"),
-               workspace_root=str(run_dir / "workspace"), raise_on_error=True, enable_caching=False)
-    # The steps' scratch files (kfp's per-task component sources, the training gang's logs and
-    # checkpoints) go to one short-pathed directory per run (sockets live there too, and AF_UNIX
-    # paths are limited to 108 bytes): removed after a successful run, kept after a failed one.
-    scratch = tempfile.mkdtemp(prefix="ctr-run-")
-    saved_tmpdir = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = scratch
-    started = time.monotonic()
-    try:
-        with warnings.catch_warnings():
-            # Running the component image's steps in this environment is the point of `run`.
-            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task that uses custom",
-                                    category=RuntimeWarning)
-            task = ctr_training_pipeline(**args)
-    except RuntimeError as exc:
-        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).rstrip(".")
-        kept = f", scratch files (gang logs) under {scratch}" if os.listdir(scratch) else ""
-        raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
-                             f"under {run_dir / 'outputs'}{kept}") from exc
-    finally:
-        if saved_tmpdir is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved_tmpdir
-        if os.path.isdir(scratch) and not os.listdir(scratch):
-            os.rmdir(scratch)  # nothing worth keeping (e.g. the run was interrupted before training)
-    shutil.rmtree(scratch, ignore_errors=True)
-    seconds = time.monotonic() - started
+    task, seconds = run_in_kfp_local(ctr_training_pipeline, args, run_dir)
 
     outs = task.outputs
     model_dst, report_dst, metrics_dst = work / "model", work / "report.html", work / "metrics.json"
@@ -218,14 +249,18 @@ def compiled_files(legacy: bool = False) -> Dict[str, Any]:
     """
     from components.data_prep import prepare_ctr_data
     from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
+    from components.retrain import (champion_challenger_gate, find_champion, register_model,
+                                    resolve_data_window)
     from components.train import train_ctr
     from ctr_volcano.legacy_kfp import without_task_config
-    from pipelines.ctr_training_pipeline import ctr_training_pipeline, ctr_training_pipeline_legacy
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline_legacy
 
-    pipeline = ctr_training_pipeline_legacy if legacy else ctr_training_pipeline
     train = without_task_config(train_ctr) if legacy else train_ctr
-    out: Dict[str, Any] = {"pipelines/ctr_training_pipeline.yaml": pipeline}
-    for comp in (prepare_ctr_data, train, evaluate_ctr, check_auc_gate, publish_model):
+    out: Dict[str, Any] = (
+        {"pipelines/ctr_training_pipeline.yaml": ctr_training_pipeline_legacy} if legacy
+        else {f"pipelines/{PIPELINES[p][1]}.yaml": pipeline_func(p) for p in PIPELINES})
+    for comp in (prepare_ctr_data, train, evaluate_ctr, check_auc_gate, publish_model,
+                 resolve_data_window, find_champion, champion_challenger_gate, register_model):
         out[f"components/{comp.python_func.__name__}.yaml"] = comp
     return out
 
@@ -270,7 +305,8 @@ def _check_cron(expr: str) -> None:
                                        "'0 0 2 * * *' runs every day at 02:00")
 
 
-def _upload(client: Any, package: str, namespace: Optional[str]) -> Tuple[str, str, str]:
+def _upload(client: Any, package: str, namespace: Optional[str], pipeline: str = "training"
+            ) -> Tuple[str, str, str]:
     """Upload the package as a pipeline version, idempotently; returns (pipeline id, version id, version name).
 
     The version is named after the package's content hash, so submitting unchanged code reuses the
@@ -278,16 +314,15 @@ def _upload(client: Any, package: str, namespace: Optional[str]) -> Tuple[str, s
     """
     import hashlib
 
-    from pipelines.ctr_training_pipeline import PIPELINE_NAME
-
     with open(package, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    version_name = f"{PIPELINE_NAME}-{digest}"
-    pipeline_id = client.get_pipeline_id(PIPELINE_NAME)
+    func = pipeline_func(pipeline)
+    name, description = func.name, PIPELINES[pipeline][2]
+    version_name = f"{name}-{digest}"
+    pipeline_id = client.get_pipeline_id(name)
     if pipeline_id is None:
-        created = client.upload_pipeline(package, pipeline_name=PIPELINE_NAME, namespace=namespace,
-                                         description="CTR training: prep, PaddlePaddle parameter-server "
-                                                     "training on Volcano, evaluation, AUC gate")
+        created = client.upload_pipeline(package, pipeline_name=name, namespace=namespace,
+                                         description=description)
         pipeline_id = created.pipeline_id
     by_name = json.dumps({"predicates": [{"operation": 1, "key": "display_name", "stringValue": version_name}]})
     found = client.list_pipeline_versions(pipeline_id, page_size=1, filter=by_name).pipeline_versions or []
@@ -297,15 +332,23 @@ def _upload(client: Any, package: str, namespace: Optional[str]) -> Tuple[str, s
     return pipeline_id, version.pipeline_version_id, version_name
 
 
+def default_submit_pipeline(cron: Optional[str]) -> str:
+    """What ``submit`` runs when not told: the retraining pipeline on a schedule, else training."""
+    return "retraining" if cron is not None else "training"
+
+
 def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str] = None,
            cron: Optional[str] = None, max_concurrency: int = 1,
            params: Optional[Mapping[str, Any]] = None, namespace: Optional[str] = None,
-           service_account: Optional[str] = None, client: Any = None) -> Dict[str, Any]:
-    """Upload the pipeline to a KFP API server and run it once, or schedule a recurring run.
+           service_account: Optional[str] = None, client: Any = None,
+           pipeline: Optional[str] = None) -> Dict[str, Any]:
+    """Upload a pipeline to a KFP API server and run it once, or schedule a recurring run.
 
     The pipeline is compiled from the installed code into a temporary file, uploaded as a version of
-    the ``ctr-training-pipeline`` pipeline (named after its content hash; reused if already there),
-    and the run or recurring run references that version, so the UI shows exactly what ran.
+    the pipeline of the same name (named after its content hash; reused if already there), and the
+    run or recurring run references that version, so the UI shows exactly what ran. A schedule runs
+    the retraining pipeline by default (new days, warm start, champion/challenger gate): a schedule
+    of the training pipeline would retrain from scratch on the same data every time.
 
     Args:
         host: KFP API endpoint, e.g. ``http://localhost:8080`` (``kubectl port-forward`` to ml-pipeline-ui).
@@ -317,33 +360,35 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
         namespace: multi-user deployments: the profile namespace.
         service_account: the run's service account (needs RBAC for Volcano Jobs); default pipeline-runner.
         client: an existing ``kfp.Client`` (tests); by default one is made for ``host``.
+        pipeline: ``training`` or ``retraining``; default ``retraining`` with ``cron``, else ``training``.
 
     Returns:
-        ``{"kind": "run"|"recurring_run", "id", "experiment_id", "pipeline_id", "version_id",
-        "version_name", "url"}``.
+        ``{"kind": "run"|"recurring_run", "pipeline", "id", "experiment_id", "pipeline_id",
+        "version_id", "version_name", "url"}``.
     """
     from kfp import Client, compiler
 
-    from pipelines.ctr_training_pipeline import ctr_training_pipeline
-
+    pipeline = pipeline or default_submit_pipeline(cron)
+    func = pipeline_func(pipeline)
     if cron is not None:
         _check_cron(cron)
     if max_concurrency < 1:
         raise BadInput("--max-concurrency", max_concurrency, "allow at least 1 concurrent run")
-    known = pipeline_parameters()
+    known = pipeline_parameters(pipeline)
     for key in dict(params or {}):
         if key not in known:
-            raise BadInput("params", key, f"not a pipeline parameter; known: {', '.join(sorted(known))}")
-    name = run_name or "ctr-training-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+            raise BadInput("params", key, f"not a parameter of the {pipeline} pipeline; known: "
+                                          f"{', '.join(sorted(known))}")
+    name = run_name or f"ctr-{pipeline}-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     client = client or Client(host=host, namespace=namespace or "kubeflow")
     with tempfile.TemporaryDirectory(prefix="ctr-submit-") as tmp:
-        package = os.path.join(tmp, "ctr_training_pipeline.yaml")
-        compiler.Compiler().compile(ctr_training_pipeline, package)
-        pipeline_id, version_id, version_name = _upload(client, package, namespace)
+        package = os.path.join(tmp, f"{PIPELINES[pipeline][1]}.yaml")
+        compiler.Compiler().compile(func, package)
+        pipeline_id, version_id, version_name = _upload(client, package, namespace, pipeline)
     exp_id = client.create_experiment(name=experiment, namespace=namespace).experiment_id
     base = host.rstrip("/")
-    common = {"experiment_id": exp_id, "pipeline_id": pipeline_id, "version_id": version_id,
-              "version_name": version_name}
+    common = {"pipeline": pipeline, "experiment_id": exp_id, "pipeline_id": pipeline_id,
+              "version_id": version_id, "version_name": version_name}
     if cron is None:
         res = client.run_pipeline(experiment_id=exp_id, job_name=name, pipeline_id=pipeline_id,
                                   version_id=version_id, params=dict(params or {}),

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from ctr_volcano.errors import BadInput
 
-__all__ = ["TrainResult", "train_local", "DEFAULT_STALL_TIMEOUT_S"]
+__all__ = ["TrainResult", "train_local", "check_init_model", "DEFAULT_STALL_TIMEOUT_S"]
 
 #: A trainer printing nothing for this long is considered hung (a dead pserver hangs trainers).
 DEFAULT_STALL_TIMEOUT_S = 300.0
@@ -55,11 +55,31 @@ def _config_dict(config: Any) -> Dict[str, Any]:
     raise BadInput("config", config, "pass a TrainConfig, a dict of its fields, or None")
 
 
+def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
+                     data_hash_buckets: Optional[int]) -> None:
+    """Refuse, as bad input, an init model the run described by ``config`` cannot continue.
+
+    ``hash_buckets`` follows the data when the config leaves it out, as in the trainers.
+    """
+    from ctr_model.config import TrainConfig
+    from ctr_model.features import SCHEMA_VERSION
+    from ctr_model.warm_start import WarmStartError, check_compatible, read_init_model
+
+    full = TrainConfig.from_dict(config).to_dict()
+    if "hash_buckets" not in config and data_hash_buckets:
+        full["hash_buckets"] = data_hash_buckets
+    try:
+        check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION)
+    except WarmStartError as exc:
+        raise BadInput("init_model", init_model, str(exc)) from None
+
+
 def train_local(data_dir: str, model_dir: str,
                 config: Union["TrainConfig", Mapping[str, Any], None] = None,  # noqa: F821
                 *, pservers: int = 2, trainers: int = 2, max_retry: int = 2,
                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, workdir: Optional[str] = None,
-                log: Callable[[str], None] = print, job_id: str = "ctr-local") -> TrainResult:
+                log: Callable[[str], None] = print, job_id: str = "ctr-local",
+                init_model: Optional[str] = None) -> TrainResult:
     """Train the CTR DNN with ``pservers`` x ``trainers`` local processes and export it.
 
     Args:
@@ -75,12 +95,14 @@ def train_local(data_dir: str, model_dir: str,
             after success (logs and ``metrics.json`` stay).
         log: progress sink.
         job_id: gang name used in logs and errors.
+        init_model: an exported model to warm-start from (:mod:`ctr_model.warm_start`); checked
+            against this run's schema, hash buckets, network shape and pservers before the gang starts.
 
     Returns:
         :class:`TrainResult`.
 
     Raises:
-        BadInput: bad data dir, config or gang size.
+        BadInput: bad data dir, config, gang size or an init model this run cannot continue.
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
     from ctr_model.data import DataError, resolve_split
@@ -98,13 +120,16 @@ def train_local(data_dir: str, model_dir: str,
     if "hash_buckets" in cfg and split.hash_buckets and cfg["hash_buckets"] != split.hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
                        f"the data was hashed into {split.hash_buckets} buckets; drop the field or use that")
+    if init_model:
+        init_model = os.path.abspath(os.fspath(init_model))
+        check_init_model(init_model, cfg, pservers, split.hash_buckets)
     own_workdir = not workdir
     workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")
     output_dir = os.path.join(workdir, "output")
     os.makedirs(output_dir, exist_ok=True)
     spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
                     output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
-                    max_retry=max_retry, stall_timeout_s=stall_timeout_s)
+                    max_retry=max_retry, stall_timeout_s=stall_timeout_s, init_model=init_model or None)
     result = LocalGang(spec, log=log).run()
     src = os.path.join(output_dir, "model")
     model_dir = os.path.abspath(os.fspath(model_dir))

@@ -216,8 +216,17 @@ def test_every_pipeline_parameter_has_a_default_and_a_description(tmp_path):
         assert len(spec.get("description", "")) > 15, f"{name}: UI text missing"
     assert doc["pipelineInfo"]["description"].startswith("Train a click-through-rate model")
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == ["check_auc_gate.yaml", "ctr_training_pipeline.yaml", "evaluate_ctr.yaml",
-                       "prepare_ctr_data.yaml", "publish_model.yaml", "train_ctr.yaml"]
+    assert written == ["champion_challenger_gate.yaml", "check_auc_gate.yaml",
+                       "ctr_retraining_pipeline.yaml", "ctr_training_pipeline.yaml", "evaluate_ctr.yaml",
+                       "find_champion.yaml", "prepare_ctr_data.yaml", "publish_model.yaml",
+                       "register_model.yaml", "resolve_data_window.yaml", "train_ctr.yaml"]
+    doc, platform = yaml.safe_load_all((tmp_path / "ctr_retraining_pipeline.yaml").read_text())
+    params = pipeline_parameters("retraining")
+    root = doc["root"]["inputDefinitions"]["parameters"]
+    assert set(root) == set(params) and all(v is not None for v in params.values())
+    for name, spec in root.items():
+        assert spec.get("isOptional") is True and "defaultValue" in spec, name
+        assert len(spec.get("description", "")) > 15, f"{name}: UI text missing"
 
 
 def test_run_refuses_missing_data_and_unknown_params(tmp_path, capsys):
@@ -240,3 +249,29 @@ def test_run_with_bad_raw_data_fails_clearly_in_the_prep_step(tmp_path, capsys):
     scratch = re.search(r"scratch files \(gang logs\) under (\S+)", err)[1]
     assert os.path.isdir(scratch)  # kept for diagnosis after a failure
     shutil.rmtree(scratch)
+
+
+def test_submit_schedule_runs_the_retraining_pipeline(fake_kfp, capsys):
+    host, requests = fake_kfp
+    rc = cli.main(["submit", "--host", host, "--schedule", "0 0 2 * * *", "-p", "lag_days=1",
+                   "-p", "registry=/mnt/ctr/registry"])
+    assert rc == 0
+    result = _printed_json(capsys)
+    assert result["kind"] == "recurring_run" and result["pipeline"] == "retraining"
+    (path, spec) = _uploads(requests)[0]   # the pipeline is created, then the versioned upload
+    assert "name=ctr-retraining-pipeline" in path
+    doc = next(yaml.safe_load_all(spec))
+    assert doc["pipelineInfo"]["name"] == "ctr-retraining-pipeline"
+    (rec,) = _posts(requests, "/apis/v2beta1/recurringruns")
+    assert rec["runtime_config"]["parameters"] == {"lag_days": 1, "registry": "/mnt/ctr/registry"}
+    assert rec["trigger"] == {"cron_schedule": {"cron": "0 0 2 * * *"}}
+
+
+def test_submit_params_are_checked_against_the_chosen_pipeline(fake_kfp, capsys):
+    host, requests = fake_kfp
+    # registry is a retraining parameter, not a training one; a one-off run defaults to training
+    assert cli.main(["submit", "--host", host, "-p", "registry=/x"]) == 2
+    assert "not a pipeline parameter" in capsys.readouterr().err
+    assert cli.main(["submit", "--host", host, "--pipeline", "retraining", "-p", "registry=/x"]) == 0
+    assert _printed_json(capsys)["kind"] == "run"
+    assert not _posts(requests, "/apis/v2beta1/recurringruns")

@@ -28,6 +28,14 @@ def register(subparsers) -> None:
                    help="write .tsv.gz at this gzip level 1-9 (default 0: plain TSV)")
     g.add_argument("--oracle-rows", type=int, default=400_000,
                    help="rows of the fresh sample the oracle is measured on (default 400000)")
+    g.add_argument("--days", type=int, default=None, metavar="N",
+                   help="write N daily partitions OUT/day=YYYY-MM-DD/ of --rows lines each, from a "
+                        "planted model that drifts from day to day (per-day oracle.json)")
+    g.add_argument("--drift", type=float, default=0.3, metavar="X",
+                   help="with --days: share of the planted weights' variance replaced per day "
+                        "(default 0.3)")
+    g.add_argument("--start-date", default="2026-01-01", metavar="YYYY-MM-DD",
+                   help="with --days: the first day (default 2026-01-01)")
     g.set_defaults(func=_gen_data)
 
     p = subparsers.add_parser(
@@ -56,6 +64,16 @@ def register(subparsers) -> None:
 
 def _gen_data(args: argparse.Namespace) -> int:
     from ctr_volcano.datagen import generate
+
+    if args.days is not None:
+        from ctr_volcano.daily_data import generate_days
+
+        for day in generate_days(args.out, days=args.days, rows=args.rows, drift=args.drift,
+                                 seed=args.seed, start_date=args.start_date, files=args.files,
+                                 gzip_level=args.gzip, oracle_rows=args.oracle_rows):
+            print(f"{day['date']}: {args.rows} rows; oracle auc={day['auc']} "
+                  f"(day-0 model: {day['day0_model_auc']}) positive_rate={day['positive_rate']}")
+        return 0
 
     oracle = generate(args.out, rows=args.rows, seed=args.seed, files=args.files,
                       gzip_level=args.gzip, oracle_rows=args.oracle_rows)

@@ -33,6 +33,14 @@ def register(subparsers) -> None:
     p.add_argument("--data", metavar="PATH", default=None,
                    help="raw Criteo TSV file or directory (default: the committed sample data/sample)")
     p.add_argument("--workdir", metavar="DIR", default="workdir", help="output directory (default ./workdir)")
+    p.add_argument("--days", metavar="N", type=int, default=None,
+                   help="back-fill: run the retraining pipeline for N consecutive run dates from "
+                        "--start-date (--data is then a template such as 'DIR/day={date}'); "
+                        "writes WORKDIR/backfill.json")
+    p.add_argument("--start-date", metavar="YYYY-MM-DD", default=None,
+                   help="with --days: the first run date")
+    p.add_argument("--registry", metavar="DIR", default=None,
+                   help="with --days: the model registry directory (default WORKDIR/registry)")
     _add_param_flag(p)
     p.set_defaults(func=_run)
 
@@ -45,9 +53,11 @@ def register(subparsers) -> None:
                         "`kubectl -n kubeflow port-forward svc/ml-pipeline-ui 8080:80`")
     p.add_argument("--experiment", default="ctr-volcano", help="experiment name (created if missing)")
     p.add_argument("--run-name", default=None, help="run display name (default ctr-training-<time>)")
-    p.add_argument("--cron", metavar="EXPR", default=None,
+    p.add_argument("--cron", "--schedule", dest="cron", metavar="EXPR", default=None,
                    help="6-field cron (seconds first), e.g. '0 0 2 * * *' for 02:00 daily: "
-                        "creates a recurring run instead of a single run")
+                        "creates a recurring run of the retraining pipeline instead of a single run")
+    p.add_argument("--pipeline", choices=("training", "retraining"), default=None,
+                   help="which pipeline to submit (default: retraining with --cron, else training)")
     p.add_argument("--max-concurrency", metavar="N", type=int, default=1,
                    help="with --cron: how many scheduled runs may overlap (default 1)")
     p.add_argument("--namespace", default=None, help="multi-user KFP: your profile namespace")
@@ -73,6 +83,14 @@ def _compile(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ctr_volcano.pipeline_run import parse_params, run_local
 
+    if args.days is not None:
+        return _backfill(args)
+    for flag, value in (("--start-date", args.start_date), ("--registry", args.registry)):
+        if value is not None:
+            from ctr_volcano.errors import BadInput
+
+            raise BadInput(flag, value, "only used with --days N (a back-fill of the retraining pipeline)")
+
     summary = run_local(args.data, args.workdir, parse_params(args.param))
     gate = "passed" if summary["passed_gate"] else "BLOCKED"
     print(f"AUC {summary['auc']:.4f}  log loss {summary['logloss']:.4f}  on {summary['rows']} test rows  "
@@ -82,11 +100,38 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _submit(args: argparse.Namespace) -> int:
-    from ctr_volcano.pipeline_run import parse_params, submit
+def _backfill(args: argparse.Namespace) -> int:
+    import logging
 
+    from ctr_volcano.backfill import run_backfill
+    from ctr_volcano.errors import BadInput
+    from ctr_volcano.pipeline_run import parse_params
+
+    if not args.data or not args.start_date:
+        raise BadInput("--data" if not args.data else "--start-date", args.data or args.start_date,
+                       "a back-fill needs --data 'DIR/day={date}' and --start-date YYYY-MM-DD")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    def show(day: dict) -> None:
+        champ = "-" if day["champion_auc"] is None else f"{day['champion_auc']:.4f}"
+        print(f"{day['run_date']}: version {day['version']} "
+              f"{'PUBLISHED' if day['published'] else 'refused'}: challenger AUC "
+              f"{day['challenger_auc']:.4f}, champion AUC {champ} (warm start from "
+              f"{day['parent'] or 'nothing'})", flush=True)
+
+    summary = run_backfill(args.data, args.start_date, args.days, args.workdir, args.registry,
+                           parse_params(args.param, "retraining"), on_day=show)
+    print(f"champion {summary['champion']} in {summary['registry']}/{summary['model_name']}\n"
+          f"summary {args.workdir.rstrip('/')}/backfill.json")
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from ctr_volcano.pipeline_run import default_submit_pipeline, parse_params, submit
+
+    pipeline = args.pipeline or default_submit_pipeline(args.cron)
     res = submit(args.host, experiment=args.experiment, run_name=args.run_name, cron=args.cron,
-                 max_concurrency=args.max_concurrency, params=parse_params(args.param),
-                 namespace=args.namespace, service_account=args.service_account)
+                 max_concurrency=args.max_concurrency, params=parse_params(args.param, pipeline),
+                 namespace=args.namespace, service_account=args.service_account, pipeline=pipeline)
     print(json.dumps(res, indent=2))
     return 0

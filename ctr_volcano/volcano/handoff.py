@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ctr_volcano.errors import BadInput
 
@@ -37,12 +37,14 @@ class RunDirs:
         data_dir: the prep output the trainers read.
         output_dir: where the gang writes ``model/``, ``metrics.json`` and ``checkpoints/``.
         copied: whether the data was copied by this call (False: reused or already on the claim).
+        init_model: the warm-start model on the claim, or ``None``.
     """
 
     root: str
     data_dir: str
     output_dir: str
     copied: bool
+    init_model: Optional[str] = None
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -50,13 +52,32 @@ def _inside(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def prepare_run_dir(mount_path: str, job_name: str, data_path: str) -> RunDirs:
+def _put_on_claim(src: str, mount_path: str, dst: str) -> Tuple[str, bool]:
+    """``src`` itself if it is on the claim, else a complete copy at ``dst`` (reused if complete)."""
+    if _inside(src, mount_path):
+        return os.path.realpath(src), False
+    if os.path.isfile(os.path.join(dst, _DONE)):
+        return dst, False
+    tmp = f"{dst}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    with open(os.path.join(tmp, _DONE), "w", encoding="utf-8") as fh:
+        fh.write(src + "\n")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(tmp, dst)
+    return dst, True
+
+
+def prepare_run_dir(mount_path: str, job_name: str, data_path: str,
+                    init_model: Optional[str] = None) -> RunDirs:
     """Create the run directory on the claim and put the training data there.
 
     Args:
         mount_path: where the PVC is mounted in this pod (and in the gang's pods).
         job_name: the Volcano Job name (one directory per job).
         data_path: the prep output as this pod sees it (a KFP Dataset path).
+        init_model: a model to warm-start from as this pod sees it; copied to ``<root>/init_model``
+            because the pservers read it.
 
     Returns:
         The run's directories. Output directories are made world-writable because the gang runs as a
@@ -73,19 +94,13 @@ def prepare_run_dir(mount_path: str, job_name: str, data_path: str) -> RunDirs:
     os.makedirs(output_dir, exist_ok=True)
     for d in (os.path.join(mount_path, RUNS_DIR), root, output_dir):
         os.chmod(d, 0o777)
-    if _inside(data_path, mount_path):
-        return RunDirs(root, os.path.realpath(data_path), output_dir, copied=False)
-    data_dir = os.path.join(root, "data")
-    if os.path.isfile(os.path.join(data_dir, _DONE)):
-        return RunDirs(root, data_dir, output_dir, copied=False)
-    tmp = f"{data_dir}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(data_path, tmp)
-    with open(os.path.join(tmp, _DONE), "w", encoding="utf-8") as fh:
-        fh.write(data_path + "\n")
-    shutil.rmtree(data_dir, ignore_errors=True)
-    os.replace(tmp, data_dir)
-    return RunDirs(root, data_dir, output_dir, copied=True)
+    data_dir, copied = _put_on_claim(data_path, mount_path, os.path.join(root, "data"))
+    init_dir = None
+    if init_model:
+        if not os.path.isdir(init_model):
+            raise BadInput("init_model", init_model, "pass an exported model directory")
+        init_dir, _ = _put_on_claim(init_model, mount_path, os.path.join(root, "init_model"))
+    return RunDirs(root, data_dir, output_dir, copied=copied, init_model=init_dir)
 
 
 def copy_model_out(output_dir: str, model_dir: str) -> str:

@@ -74,7 +74,8 @@ def contract_for(spec: TrainJobSpec) -> GangContract:
     return GangContract(
         job_id=spec.name, pservers=spec.pservers, trainers=spec.trainers,
         data_dir=spec.data_dir, output_dir=spec.output_dir, ps_port=spec.ps_port,
-        ps_port_stride=0, gloo_port=spec.gloo_port, train_config=dict(spec.train_config))
+        ps_port_stride=0, gloo_port=spec.gloo_port, train_config=dict(spec.train_config),
+        init_model=spec.init_model)
 
 
 def _labels(spec: TrainJobSpec) -> Dict[str, str]:

@@ -182,6 +182,8 @@ class TrainJobSpec:
             ``None`` keeps the container runtime's 64 MiB default.
         owner_references: ownerReferences of the Job (e.g. the KFP run's Argo Workflow, so deleting
             the run garbage-collects the gang); same namespace only.
+        init_model: an exported model on a volume every pod mounts, loaded by the pservers before
+            the first epoch (warm start); ``None`` trains from scratch.
     """
 
     name: str
@@ -222,6 +224,7 @@ class TrainJobSpec:
     scheduler_name: str = "volcano"
     shm_size: Optional[str] = None
     owner_references: Tuple[Mapping[str, Any], ...] = ()
+    init_model: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in ("train_config", "node_selector", "env", "labels", "annotations"):
@@ -255,6 +258,8 @@ class TrainJobSpec:
             raise BadInput("namespace", self.namespace, "use an existing namespace's name (DNS-1123 label)")
         if not self.image or any(c.isspace() for c in self.image):
             raise BadInput("image", self.image, "give the trainer image reference, e.g. registry/ctr-trainer:0.1.0")
+        if self.init_model is not None and not self.init_model.startswith("/"):
+            raise BadInput("init_model", self.init_model, "use an absolute path on a volume every pod mounts")
         for name in ("data_dir", "output_dir"):
             value = getattr(self, name)
             if not value or not value.startswith("/"):

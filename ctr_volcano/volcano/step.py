@@ -183,7 +183,8 @@ def _job_name(params: StepParams) -> str:
     return job_name_for(run_id, params.task_name or "train-ctr")
 
 
-def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optional[str] = None) -> Any:
+def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optional[str] = None,
+               init_model: Optional[str] = None) -> Any:
     """The :class:`~ctr_volcano.volcano.spec.TrainJobSpec` for ``params`` (pod-side paths)."""
     from ctr_volcano.images import trainer_image
     from ctr_volcano.volcano.client import in_cluster_namespace
@@ -212,7 +213,7 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         volumes=explicit,
         node_selector=dict(task.node_selector), tolerations=task.tolerations, affinity=task.affinity,
         env_vars=task.env, extra_volumes=task.volumes, extra_volume_mounts=task.volume_mounts,
-        run_id=params.run_id, task_name=params.task_name)
+        run_id=params.run_id, task_name=params.task_name, init_model=init_model)
 
 
 def check_claims(client: Any, params: StepParams) -> None:
@@ -233,7 +234,7 @@ def check_claims(client: Any, params: StepParams) -> None:
         check_claim_access(found, writes=claim == handoff_claim)
 
 
-def _check_before_submit(data_path: str, params: StepParams) -> None:
+def _check_before_submit(data_path: str, params: StepParams, init_model: Optional[str] = None) -> None:
     """The local backend's boundary checks, done before a gang is scheduled (fail in seconds, not minutes)."""
     from ctr_model.config import ConfigError, TrainConfig
     from ctr_model.data import DataError, resolve_split
@@ -250,6 +251,11 @@ def _check_before_submit(data_path: str, params: StepParams) -> None:
     if split is not None and len(split.files) < params.trainers:
         raise BadInput("trainers", params.trainers, f"{split.path} has only {len(split.files)} shard(s); use "
                                                     "at most that many trainers or re-run prep with more shards")
+    if init_model:
+        from ctr_volcano.training import check_init_model
+
+        check_init_model(init_model, train_config_of(params), params.pservers,
+                         split.hash_buckets if split is not None else None)
 
 
 def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str] = None,
@@ -292,7 +298,8 @@ def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str]
 
 def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
                       on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
-                      log: Callable[[str], None] = print, client: Any = None) -> Any:
+                      log: Callable[[str], None] = print, client: Any = None,
+                      init_model: Optional[str] = None) -> Any:
     """Train with ``params.backend`` and leave the exported model in ``model_dir``.
 
     Args:
@@ -303,6 +310,8 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
         log: progress sink.
         client: Volcano only: a ready :class:`~ctr_volcano.volcano.client.KubeClient` (tests, the
             cluster harness); default: built from ``params.kubeconfig``/in-cluster config.
+        init_model: an exported model to warm-start from (both backends); on Volcano it is copied
+            onto the shared claim next to the data, because the pservers load it.
 
     Returns:
         A ``ctr_volcano.training.TrainResult`` (``model_dir``, ``metrics``, ``output_dir``, ``attempts``).
@@ -313,22 +322,24 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
         if on_identity:
             on_identity({"backend": "local", "pservers": params.pservers, "trainers": params.trainers})
         return train_local(data_path, model_dir, train_config_of(params), pservers=params.pservers,
-                           trainers=params.trainers, max_retry=params.max_retry, log=log)
+                           trainers=params.trainers, max_retry=params.max_retry, log=log,
+                           init_model=init_model)
 
     from ctr_volcano.volcano.client import KubeClient
     from ctr_volcano.volcano.handoff import copy_model_out, prepare_run_dir
     from ctr_volcano.volcano.launcher import VolcanoLauncher
 
-    _check_before_submit(data_path, params)
+    _check_before_submit(data_path, params, init_model)
     name = _job_name(params)
     own_client = client is None
     if own_client:
         client = KubeClient.auto(params.kubeconfig, params.context)
     try:
         check_claims(client, params)
-        dirs = prepare_run_dir(params.handoff_dir, name, data_path)
-        log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'})")
-        spec = build_spec(params, dirs.data_dir, dirs.output_dir, name=name)
+        dirs = prepare_run_dir(params.handoff_dir, name, data_path, init_model=init_model)
+        log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'}"
+            + (f"; warm start from {dirs.init_model}" if dirs.init_model else "") + ")")
+        spec = build_spec(params, dirs.data_dir, dirs.output_dir, name=name, init_model=dirs.init_model)
         owners = run_owner_references(client, spec.namespace, log=log)
         if owners:
             spec = replace(spec, owner_references=owners)

@@ -1,0 +1,117 @@
+"""Warm start: continue training from an exported model through Paddle's own PS load path.
+
+Why a checkpoint inside the export: the exported ``model/`` holds what serving needs (the sparse table
+without optimizer state, dense parameters as ``dnn_plugin/`` files), not what the pservers load. So at
+export trainer 0 also copies the run's last complete checkpoint (``fleet.save_persistables``: sparse
+table *with* its Adam state, dense table with its moments) to ``model/warm_start/``. A later run given
+that model as ``init_model`` has its pservers load it with ``fleet.load_model(path, mode=0)`` -- the
+same call a restarted gang uses to resume -- before the first epoch. Ids never seen before are
+created fresh by the pservers on first pull, as in any run; the stable hash keeps known ids identical
+across days.
+
+What must match, checked before the gang starts and again in every trainer (the refusal names both
+values): the feature schema version, ``hash_buckets``, the network shape (``embedding_dim``,
+``fc_sizes``) and the number of pservers (each pserver loads its own shard files of both tables).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["WARM_START_DIR", "WarmStartError", "WarmStart", "read_init_model", "check_compatible",
+           "export_checkpoint"]
+
+#: Sub-directory of an exported model holding the loadable checkpoint.
+WARM_START_DIR = "warm_start"
+_MODEL_META = "model_meta.json"
+_CKPT_META = "meta.json"
+
+
+class WarmStartError(ValueError):
+    """The init model cannot be continued by this run; names both values and the fix."""
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """A model a run can warm-start from.
+
+    Attributes:
+        model_dir: the exported model directory.
+        checkpoint: its ``warm_start/`` checkpoint (what the pservers load).
+        meta: the model's ``model_meta.json``.
+        pservers: pservers that wrote the checkpoint (the new gang must have as many).
+    """
+
+    model_dir: str
+    checkpoint: str
+    meta: Mapping[str, Any]
+    pservers: int
+
+
+def read_init_model(model_dir: str) -> WarmStart:
+    """Read an exported model's metadata and locate its checkpoint.
+
+    Raises:
+        WarmStartError: not an exported model, or exported before warm start existed.
+    """
+    meta_path = os.path.join(model_dir, _MODEL_META)
+    try:
+        with open(meta_path, encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        raise WarmStartError(f"init_model={model_dir!r}: no readable {_MODEL_META}; pass the model/ "
+                             f"directory written by ctr-volcano train (or a registry version)") from None
+    checkpoint = os.path.join(model_dir, WARM_START_DIR)
+    try:
+        with open(os.path.join(checkpoint, _CKPT_META), encoding="utf-8") as fh:
+            ckpt_meta = json.load(fh)
+    except (OSError, ValueError):
+        raise WarmStartError(f"init_model={model_dir!r} has no {WARM_START_DIR}/{_CKPT_META}: it was "
+                             f"exported without a loadable checkpoint; retrain it from scratch once "
+                             f"with this version and warm-start from that") from None
+    return WarmStart(model_dir=model_dir, checkpoint=checkpoint, meta=meta,
+                     pservers=int(ckpt_meta.get("pservers", meta.get("pservers", 0))))
+
+
+def check_compatible(init: WarmStart, config: Mapping[str, Any], pservers: int,
+                     schema_version: int) -> None:
+    """Refuse an init model this run cannot continue.
+
+    Args:
+        init: from :func:`read_init_model`.
+        config: the new run's training config (``TrainConfig.to_dict()``).
+        pservers: the new gang's pservers.
+        schema_version: the feature schema version of the new run's data.
+
+    Raises:
+        WarmStartError: naming the field, the init model's value, this run's value and the fix.
+    """
+    old_cfg = dict(init.meta.get("config") or {})
+    checks = [("schema_version", init.meta.get("schema_version"), schema_version,
+               "re-prep the data with the init model's schema or train from scratch"),
+              ("hash_buckets", init.meta.get("hash_buckets", old_cfg.get("hash_buckets")),
+               config.get("hash_buckets"), "prep the new data with the init model's hash_buckets"),
+              ("embedding_dim", old_cfg.get("embedding_dim"), config.get("embedding_dim"),
+               "use the init model's network shape or train from scratch"),
+              ("fc_sizes", list(old_cfg.get("fc_sizes") or []), list(config.get("fc_sizes") or []),
+               "use the init model's network shape or train from scratch"),
+              ("pservers", init.pservers, pservers,
+               "run as many pservers as the init model had (each loads its own table shards)")]
+    for name, old, new, fix in checks:
+        if old != new:
+            raise WarmStartError(f"cannot warm-start from {init.model_dir}: its {name} is {old!r} but "
+                                 f"this run's is {new!r}; {fix}")
+
+
+def export_checkpoint(checkpoint_path: str, model_dir: str) -> str:
+    """Copy a complete checkpoint into ``model_dir/warm_start`` (replacing one); returns the path."""
+    dst = os.path.join(model_dir, WARM_START_DIR)
+    tmp = dst + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(checkpoint_path, tmp)
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(tmp, dst)
+    return dst

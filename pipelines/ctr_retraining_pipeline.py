@@ -1,0 +1,167 @@
+"""The recurring retraining pipeline: window -> prep -> champion -> warm-started train -> gate -> registry.
+
+What a scheduled run does (``ctr-volcano submit --cron ...`` creates the schedule):
+
+1. ``resolve_data_window`` turns the templated ``data_uri`` into the days this run reads, from the
+   run's scheduled time (``run_date`` overrides it for back-fills) and copies them into one Dataset.
+2. ``prepare_ctr_data`` preps them (its stats record the window).
+3. ``find_champion`` fetches the registry's champion (or says there is none yet).
+4. ``train_ctr`` continues the champion on the new days (warm start: its pservers load the champion's
+   checkpoint), or trains from scratch on the first run.
+5. ``champion_challenger_gate`` scores champion and challenger on the same fresh test split.
+6. ``register_model`` stores the challenger as a new version (parent: the champion) and, only if the
+   gate passed it, moves the champion pointer to it.
+
+No ``dsl.If``: the gate's verdict is an argument of the registration step (see components/retrain.py).
+On a cluster the data, the registry and the training handoff live on one ReadWriteMany PVC mounted by
+every step that touches them; under ``kfp.local`` the mounts are ignored and paths are local.
+
+Compiled to ``ctr_retraining_pipeline.yaml`` next to this file by ``ctr-volcano compile``.
+"""
+
+from typing import NamedTuple
+
+from kfp import dsl, kubernetes
+from kfp.dsl import Markdown, Metrics, Model
+
+from components.data_prep import prepare_ctr_data
+from components.retrain import (champion_challenger_gate, find_champion, register_model,
+                                resolve_data_window)
+from components.train import train_ctr
+
+__all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_local", "build_retraining_pipeline",
+           "RETRAINING_PIPELINE_NAME", "DEFAULT_DAILY_DATA_URI", "DEFAULT_REGISTRY"]
+
+RETRAINING_PIPELINE_NAME = "ctr-retraining-pipeline"
+#: The claim shared by the steps and the training gang (deploy/pvc-example.yaml).
+DEFAULT_PVC_NAME = "ctr-data"
+PVC_MOUNT_PATH = "/mnt/ctr"
+#: Daily partitions on the claim, one directory per day.
+DEFAULT_DAILY_DATA_URI = PVC_MOUNT_PATH + "/clicks/day={date}"
+#: The model registry on the claim.
+DEFAULT_REGISTRY = PVC_MOUNT_PATH + "/registry"
+
+
+def build_retraining_pipeline(run_time_placeholders: bool = True):
+    """The pipeline; ``run_time_placeholders=False`` is the variant ``kfp.local`` can run.
+
+    kfp 2.17.3's local runner cannot resolve ``PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER`` or
+    ``PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER`` (``IndexError`` in
+    ``kfp/local/placeholder_utils.py``), so the local variant passes ``""`` for both and the window
+    falls back to ``run_date`` (back-fills always set it) or today. Nothing else differs.
+    """
+    schedule_time = dsl.PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER if run_time_placeholders else ""
+    create_time = dsl.PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER if run_time_placeholders else ""
+
+    @dsl.pipeline(name=RETRAINING_PIPELINE_NAME,
+                  display_name="CTR recurring retraining: warm start from the champion, champion/challenger gate")
+    def ctr_retraining_pipeline(
+        data_uri: str = DEFAULT_DAILY_DATA_URI,
+        run_date: str = "",
+        window_days: int = 1,
+        lag_days: int = 0,
+        registry: str = DEFAULT_REGISTRY,
+        model_name: str = "ctr-dnn",
+        hash_buckets: int = 1000001,
+        test_fraction: float = 0.1,
+        shards: int = 8,
+        max_bad_fraction: float = 0.001,
+        seed: int = 42,
+        backend: str = "volcano",
+        pservers: int = 2,
+        trainers: int = 2,
+        epochs: int = 2,
+        batch_size: int = 512,
+        learning_rate: float = 0.001,
+        max_retry: int = 2,
+        namespace: str = "",
+        image: str = "",
+        queue: str = "default",
+        priority_class: str = "",
+        pvc_name: str = DEFAULT_PVC_NAME,
+        cpu: str = "1",
+        memory: str = "2Gi",
+        schedule_timeout_s: int = 600,
+        min_auc: float = 0.7,
+        tolerance: float = 0.002,
+        warm_start: bool = True,
+    ) -> NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics), ("gate_report", Markdown),
+                                ("model", Model)]):
+        """Retrain the CTR model on the run's days, continuing the champion, and promote it only if it is not worse.
+
+        Args:
+            data_uri: raw Criteo TSV data with a {date} template (or {date:%Y/%m/%d}), e.g. /mnt/ctr/clicks/day={date}; a path on the PVC or an s3:// URI.
+            run_date: YYYY-MM-DD for back-fills; empty uses the run's scheduled time (recurring runs), then its create time.
+            window_days: consecutive days of data each run reads, ending at the run date minus lag_days.
+            lag_days: days between the run date and the newest day read (1 for a nightly run on yesterday's data).
+            registry: model registry directory on the PVC (or an s3:// prefix): versions/<run id>/ and the champion pointer.
+            model_name: the model's name in the registry.
+            hash_buckets: size of the categorical feature hash space; must stay the same across runs to warm-start.
+            test_fraction: share of each run's rows held out to compare champion and challenger.
+            shards: number of training-data shards; a multiple of trainers.
+            max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
+            seed: seed of the train/test split.
+            backend: "volcano" (a Volcano Job) or "local" (processes in the step's pod).
+            pservers: parameter servers; must equal the champion's to warm-start from it.
+            trainers: trainers in the training gang.
+            epochs: passes over the run's training data.
+            batch_size: examples per trainer step.
+            learning_rate: Adam learning rate.
+            max_retry: times the whole gang is restarted after a pod failure before the step fails.
+            namespace: Kubernetes namespace of the Volcano Job; empty means the pipeline run's namespace.
+            image: trainer container image; empty means the release's default trainer image.
+            queue: Volcano queue to submit the job to.
+            priority_class: Kubernetes PriorityClass of the gang's pods; empty for none.
+            pvc_name: ReadWriteMany PVC holding the data, the registry and the training handoff; mounted at /mnt/ctr.
+            cpu: CPU request of every pod of the gang.
+            memory: memory request and limit of every pod of the gang.
+            schedule_timeout_s: seconds the gang may wait for the Volcano scheduler before the step fails.
+            min_auc: the challenger is never published below this test AUC (it decides the first run).
+            tolerance: the challenger is published if its AUC >= the champion's - tolerance on the same split.
+            warm_start: continue the champion; False trains from scratch (needed once after changing the network shape or hash_buckets), still gated against the champion.
+
+        Returns:
+            published: whether the challenger became the champion; gate_metrics and gate_report: both
+            AUCs and the reason; model: the challenger.
+        """
+        window = resolve_data_window(
+            data_uri=data_uri, run_date=run_date, schedule_time=schedule_time,
+            create_time=create_time, window_days=window_days,
+            lag_days=lag_days)
+        window.set_display_name("data window")
+        prep = prepare_ctr_data(
+            raw_data=window.outputs["raw_data"], hash_buckets=hash_buckets, test_fraction=test_fraction,
+            shards=shards, max_bad_fraction=max_bad_fraction, seed=seed)
+        prep.set_display_name("prepare data")
+        champion = find_champion(registry=registry, model_name=model_name)
+        champion.set_display_name("find champion")
+        train = train_ctr(
+            train_data=prep.outputs["train_data"], init_model=champion.outputs["champion"], backend=backend,
+            pservers=pservers, trainers=trainers, epochs=epochs, batch_size=batch_size,
+            learning_rate=learning_rate, max_retry=max_retry, namespace=namespace, image=image, queue=queue,
+            priority_class=priority_class, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu,
+            memory=memory, schedule_timeout_s=schedule_timeout_s, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, warm_start=warm_start)
+        train.set_display_name("train (warm start from the champion)")
+        gate = champion_challenger_gate(challenger=train.outputs["model"], champion=champion.outputs["champion"],
+                                        test_data=prep.outputs["test_data"], min_auc=min_auc,
+                                        tolerance=tolerance)
+        gate.set_display_name("champion/challenger gate")
+        register = register_model(
+            model=train.outputs["model"], champion=champion.outputs["champion"],
+            gate_metrics=gate.outputs["metrics"], raw_data=window.outputs["raw_data"], registry=registry,
+            model_name=model_name, version=dsl.PIPELINE_JOB_ID_PLACEHOLDER, promote=gate.outputs["Output"])
+        register.set_display_name("register / promote")
+        for task in (window, champion, train, register):   # ignored by kfp.local
+            kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)
+        outputs = NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics),
+                                         ("gate_report", Markdown), ("model", Model)])
+        return outputs(published=gate.outputs["Output"], gate_metrics=gate.outputs["metrics"],
+                       gate_report=gate.outputs["report"], model=train.outputs["model"])
+
+    return ctr_retraining_pipeline
+
+
+ctr_retraining_pipeline = build_retraining_pipeline()
+#: What ``ctr-volcano run --days`` runs through kfp.local (see :func:`build_retraining_pipeline`).
+ctr_retraining_pipeline_local = build_retraining_pipeline(run_time_placeholders=False)
