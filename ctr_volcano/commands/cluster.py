@@ -100,6 +100,8 @@ def _up(args: argparse.Namespace) -> int:
         if args.process_nodes:
             cluster.add_process_nodes(args.process_nodes, shape)
             claim_dir = cluster.workdir / CLAIM_NAME
+            # the pods run as UID 1000 and reach the claim at this very path
+            cluster.workdir.chmod(0o711)
             _create_claim(mc, cluster, claim_dir)
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
         if args.process_nodes:
