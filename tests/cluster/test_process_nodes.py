@@ -252,9 +252,9 @@ def test_gang_trains_for_real(sandbox, tmp_path, planted):
     assert result.attempts == 1
     # every pserver was stopped by CompleteJob: none is left in the process table
     wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
-    # four real processes, each with the plugins' variables and the trainer image's environment
+    # four real pods' processes, each with the plugins' variables and the trainer image's environment
     envs = list(sampler.envs.values())
-    roles = sorted((e["CTR_ROLE"], e["VC_TASK_INDEX"]) for e in envs)
+    roles = sorted({(e["CTR_ROLE"], e["VC_TASK_INDEX"]) for e in envs})   # Paddle forks helpers too
     assert roles == [("pserver", "0"), ("pserver", "1"), ("trainer", "0"), ("trainer", "1")], roles
     for e in envs:
         assert e["VC_PSERVER_HOSTS"] == f"{job}-pserver-0.{job},{job}-pserver-1.{job}"
