@@ -50,7 +50,7 @@ def test_minicluster_up_with_process_nodes_then_train_and_evaluate(minicluster_b
         train = ctr_volcano_cli("train", "--backend", "volcano", "--kubeconfig", kubeconfig,
                                 "--namespace", "default", "--pvc-name", "ctr-data",
                                 "--pvc-mount-path", claim_dir, "--data", str(planted["prep"]),
-                                "--model-out", str(tmp_path / "model"), "--epochs", "2", "--lr", "0.002",
+                                "--model-out", str(tmp_path / "model"), "--epochs", "3", "--lr", "0.002",
                                 "--cpu", "1", "--memory", "1Gi", "--poll", "1", timeout=900)
         assert "[trainer-0]" in train.stdout + train.stderr
         ctr_volcano_cli("evaluate", "--model", str(tmp_path / "model"), "--data", str(planted["prep"]),

@@ -245,7 +245,7 @@ def test_gang_trains_for_real(sandbox, tmp_path, planted):
     t0 = time.monotonic()
     with GangSampler(job) as sampler:
         result = run_training_step(planted["prep"], str(tmp_path / "model"),
-                                   _params(sandbox, claim, job), log=lines.append)
+                                   _params(sandbox, claim, job, epochs=3), log=lines.append)
     took = time.monotonic() - t0
     log = "\n".join(lines)
     assert job_phase(sandbox.api(), sandbox.namespace, job) == "Completed", log
