@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_minicluster_up_with_process_nodes_then_train_and_evaluate(minicluster_bin, planted, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    workdir = tmp_path / "cluster"
+    # outside pytest's 0700 tmp dirs: the pods (UID 1000) reach the claim under the workdir
+    workdir = Path(tempfile.mkdtemp(prefix="ctr-minicluster-cli-"))
     up = subprocess.Popen([sys.executable, "-m", "ctr_volcano.cli", "minicluster", "up",
                            "--process-nodes", "2", "--workdir", str(workdir)],
                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -68,3 +71,4 @@ def test_minicluster_up_with_process_nodes_then_train_and_evaluate(minicluster_b
     assert "every pod process and namespace removed" in agent_log, agent_log[-2000:]
     prefix = re.search(r"bridge namespace (\S+)-br", agent_log).group(1)
     assert prefix not in left, left
+    shutil.rmtree(workdir, ignore_errors=True)

@@ -325,13 +325,27 @@ class Agent:
             try:
                 self.co.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"],
                                                         "logs", body)
-                return
+                break
             except client.ApiException as exc:
                 if exc.status != 409:
                     raise
                 # the Logs of a deleted pod of the same name, not yet garbage-collected
                 self.co.delete_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"],
                                                         "logs", meta["name"])
+        # kwok learns of the Logs object through its watch; until then pods/log fails. Start the
+        # process only once the log is readable, so a pod that dies at once still has its log read.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.core.read_namespaced_pod_log(meta["name"], meta["namespace"], container=container,
+                                                  tail_lines=1)
+                return
+            except client.ApiException as exc:
+                if time.monotonic() > deadline:
+                    LOG.warning("pod %s/%s: log not readable through the API yet (%s)", meta["namespace"],
+                                meta["name"], exc.status)
+                    return
+                time.sleep(0.1)
 
     def _fail_unstartable(self, pod: Dict[str, Any], message: str) -> None:
         meta = pod["metadata"]
@@ -500,6 +514,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         images[repo] = Path(dockerfile)
     args.workdir.mkdir(parents=True, exist_ok=True)
     agent = Agent(args.kubeconfig, args.workdir, args.prefix, images, args.context)
+    # A parent that blocks these while it waits (``ctr-volcano minicluster up``) passes its mask on.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     signal.signal(signal.SIGTERM, lambda *_: agent.stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: agent.stop_event.set())
     # Build the images' environments before the first pod arrives (minutes on a cold cache).
