@@ -26,7 +26,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "minicluster"))
 
-import minicluster as mc  # noqa: E402  (tools/minicluster is not a package)
+import image_env  # noqa: E402  (tools/minicluster is not a package)
+import minicluster as mc  # noqa: E402
 
 from tests.cluster.helpers import SHIPPED_RBAC  # noqa: E402
 
@@ -63,7 +64,12 @@ def pytest_collection_finish(session):
               file=sys.stderr, flush=True)
         try:
             _BUILD["bin"] = mc.build_binaries(stream=sys.stderr)
-        except mc.ClusterError as exc:
+            # the process nodes' image environments (pip installs; minutes on a cold cache), built
+            # here for the same reason
+            for dockerfile in mc.DEFAULT_IMAGES.values():
+                print(f"minicluster: image environment {image_env.build_venv(image_env.parse_dockerfile(dockerfile))}",
+                      file=sys.stderr, flush=True)
+        except (mc.ClusterError, image_env.ImageError) as exc:
             _BUILD["error"] = str(exc)
         print(f"minicluster: binaries ready after {time.monotonic() - t0:.0f}s", file=sys.stderr,
               flush=True)

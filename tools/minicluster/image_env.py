@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-__all__ = ["ImageError", "Dockerfile", "parse_dockerfile", "ImageEnv", "prepare_image",
+__all__ = ["ImageError", "Dockerfile", "parse_dockerfile", "ImageEnv", "build_venv", "prepare_image",
            "image_repository", "cache_root"]
 
 LOG = logging.getLogger("minicluster.image")
@@ -191,7 +191,8 @@ def _venv_key(df: Dockerfile) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _build_venv(df: Dockerfile) -> Path:
+def build_venv(df: Dockerfile) -> Path:
+    """The venv of ``df``'s ``RUN pip install`` lines, built once per pin set (under a lock)."""
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if here != df.base_python:
         raise ImageError(f"{df.path}: the image is based on python:{df.base_python} but the host "
@@ -242,7 +243,7 @@ def prepare_image(image: str, dockerfile: Path, context: Path, rootfs_parent: Pa
     df = parse_dockerfile(dockerfile)
     for skipped in df.skipped:
         LOG.info("%s: not reproduced on process nodes: RUN %s", dockerfile.name, skipped)
-    venv = _build_venv(df)
+    venv = build_venv(df)
     rootfs = Path(rootfs_parent) / hashlib.sha256(image.encode()).hexdigest()[:12]
     shutil.rmtree(rootfs, ignore_errors=True)
     rootfs.mkdir(parents=True)
@@ -276,7 +277,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("dockerfile", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    print(_build_venv(parse_dockerfile(args.dockerfile)))
+    print(build_venv(parse_dockerfile(args.dockerfile)))
     return 0
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -476,9 +475,9 @@ class Agent:
         for run in list(self.pods.values()):
             self._kill_netns(run.netns, main=run.proc)
             self._remove_netns(run.netns)
-        for line in out_lines(_ip("netns", "list", check=False).stdout):
-            name = line.split()[0]
-            if name.startswith(self.prefix + "-"):
+        for line in _ip("netns", "list", check=False).stdout.splitlines():
+            name = line.split()[0] if line.strip() else ""
+            if name and name.startswith(self.prefix + "-"):
                 self._kill_netns(name)
                 self._remove_netns(name)
         if self.created_file.exists():
@@ -491,10 +490,6 @@ class Agent:
                 except OSError:
                     pass
         LOG.info("agent stopped: every pod process and namespace removed")
-
-
-def out_lines(text: str) -> List[str]:
-    return [line for line in text.splitlines() if line.strip()]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -520,7 +515,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: agent.stop_event.set())
     # Build the images' environments before the first pod arrives (minutes on a cold cache).
     for repo, dockerfile in images.items():
-        image_env._build_venv(image_env.parse_dockerfile(dockerfile))
+        image_env.build_venv(image_env.parse_dockerfile(dockerfile))
     try:
         agent.run()
     finally:

@@ -15,9 +15,8 @@ something a process node cannot give: the pod fails with that message).
 from __future__ import annotations
 
 import base64
-import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["NotReady", "PodSpecError", "Lookups", "Mount", "LaunchPlan", "render_pod",
@@ -85,7 +84,6 @@ class LaunchPlan:
     mounts: Tuple[Mount, ...]
     container: str
     grace_s: int = 30
-    volumes: Dict[str, Mount] = field(default_factory=dict)
 
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
@@ -317,7 +315,7 @@ def render_pod(pod: Mapping[str, Any], *, image_env: Mapping[str, str], image_cm
     return LaunchPlan(argv=tuple(argv), env=tuple(env.items()), workdir=c.get("workingDir") or image_workdir or "/",
                       uid=None if uid is None else int(uid), gid=None if gid is None else int(gid),
                       hostname=pod_hostname(pod), mounts=tuple(mounts), container=c["name"],
-                      grace_s=int(spec.get("terminationGracePeriodSeconds", 30)), volumes=volumes)
+                      grace_s=int(spec.get("terminationGracePeriodSeconds", 30)))
 
 
 def hosts_file(pod_ip: str, hostname: str, subdomain: str, namespace: str,
@@ -336,9 +334,3 @@ def hosts_file(pod_ip: str, hostname: str, subdomain: str, namespace: str,
         seen.add((ip, host, svc))
         lines.append(f"{ip}\t{host}.{svc}.{namespace}.svc.{domain}\t{host}.{svc}")
     return "\n".join(lines) + "\n"
-
-
-def to_json(plan: LaunchPlan) -> str:
-    """The plan as JSON for ``podinit.py`` (bytes of content volumes are not included)."""
-    return json.dumps({"argv": list(plan.argv), "env": dict(plan.env), "workdir": plan.workdir,
-                       "uid": plan.uid, "gid": plan.gid, "hostname": plan.hostname})
