@@ -89,7 +89,8 @@ def run_probed_gang(data: str, workdir: str, config: Dict[str, Any], pservers: i
     from ctr_volcano.training import train_local
 
     probe_out = os.path.join(workdir, "probes")
-    shutil.rmtree(probe_out, ignore_errors=True)
+    for old in (probe_out, os.path.join(workdir, "run"), os.path.join(workdir, "model")):
+        shutil.rmtree(old, ignore_errors=True)  # an earlier run's checkpoints would be resumed
     os.makedirs(probe_out)
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "BENCH_PROBE_DIR", "BENCH_PROBE_PROFILE")}
     os.environ["PYTHONPATH"] = os.pathsep.join(
