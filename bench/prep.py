@@ -18,8 +18,11 @@ Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least
 Each runs ``--repeat`` times, interleaved, best kept (the machine is shared). MB/s is input
 megabytes (10^6 bytes of TSV) per second of the work itself, timed inside each child (interpreter
 start-up and imports excluded, alike for all). The last line is ``RESULT ratio_floor=a/b
-ratio_polars=a/polars ratio_duckdb=a/duckdb ratio_naive=a/c peak_rss_mb=M agreement=pass|fail``
-(M: peak RSS of the worst run of (a)); the exit code is 1 if a peer disagrees with ours.
+ratio_polars=a/polars ratio_duckdb=a/duckdb ratio_naive=a/c peak_rss_mb=M cpu_ratio_floor=...
+cpu_ratio_polars=... cpu_ratio_duckdb=... agreement=pass|fail``. M is the peak RSS of the worst run
+of (a); ``cpu_ratio_X`` is X's CPU seconds over ours (whole child, least of the runs; steadier than
+wall time on a shared machine; above 1 means we use less). The exit code is 1 if a peer disagrees
+with ours.
 
 Usage: ``python bench/prep.py [--gb 1.0] [--workdir /tmp/ctr_bench] [--repeat 2]``
 """
@@ -171,6 +174,7 @@ def main(argv=None) -> int:
 
     ours, floor_stream, floor_blocks, rss, naive = [], [], [], [], []
     peer_times = {p: [] for p in peers}
+    cpu = {name: [] for name in ["ours", "floor"] + peers}  # CPU seconds of each child
     peer_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prep_peers.py")
     for i in range(args.repeat):
         out_dir = os.path.join(args.workdir, "ours")
@@ -181,6 +185,7 @@ def main(argv=None) -> int:
         assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
             counts["rows_rejected"]
         ours.append(t)
+        cpu["ours"].append(_run_rss.last_cpu)
         rss.append(peak)
         print(f"  run {i + 1}: ours     {size_mb / t:7.1f} MB/s ({t:.1f} s, "
               f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {peak:.0f} MB, {counts})", flush=True)
@@ -189,6 +194,7 @@ def main(argv=None) -> int:
             _, out, fpeak = _run_rss(code, path, os.path.join(args.workdir, "floor.parquet"))
             out, t = out.split()[0], float(out.split()[1])
             times.append(t)
+            cpu["floor"].append(_run_rss.last_cpu)
             print(f"  run {i + 1}: {name} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
                   f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {fpeak:.0f} MB, {out} rows)",
                   flush=True)
@@ -197,6 +203,7 @@ def main(argv=None) -> int:
                                            os.path.join(args.workdir, peer), path])
             t = float(out.split()[-1])
             peer_times[peer].append(t)
+            cpu[peer].append(_run_rss.last_cpu)
             print(f"  run {i + 1}: {peer:8s} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
                   f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {ppeak:.0f} MB)", flush=True)
         t, out, _ = _run_rss(NAIVE_CODE, path, os.path.join(args.workdir, "naive.tsv"),
@@ -225,8 +232,14 @@ def main(argv=None) -> int:
     c = max(naive)
     print(f"(c) naive: {c:8.2f} MB/s  (line-by-line Python on the first {args.naive_mb:.0f} MB)")
     ratios = "".join(f" ratio_{p}={a / v:.3f}" for p, v in peer_mb_s.items())
+    # On a shared machine wall time swings with the load; CPU seconds (least of the runs, the
+    # whole child including start-up) are steadier. cpu_ratio_X = X's CPU s / ours (>1: we use less).
+    cpu_ratios = "".join(f" cpu_ratio_{k}={min(cpu[k]) / min(cpu['ours']):.3f}"
+                         for k in ["floor"] + peers)
+    print(f"CPU seconds (least of {args.repeat}): "
+          + ", ".join(f"{k} {min(v):.2f}" for k, v in cpu.items()))
     print(f"RESULT ratio_floor={a / b:.3f}{ratios} ratio_naive={a / c:.1f} "
-          f"peak_rss_mb={max(rss):.0f} agreement={'pass' if agree else 'fail'}")
+          f"peak_rss_mb={max(rss):.0f}{cpu_ratios} agreement={'pass' if agree else 'fail'}")
     return 0 if agree else 1
 
 
