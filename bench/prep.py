@@ -233,7 +233,8 @@ def main(argv=None) -> int:
     print(f"(c) naive: {c:8.2f} MB/s  (line-by-line Python on the first {args.naive_mb:.0f} MB)")
     ratios = "".join(f" ratio_{p}={a / v:.3f}" for p, v in peer_mb_s.items())
     # On a shared machine wall time swings with the load; CPU seconds (least of the runs, the
-    # whole child including start-up) are steadier. cpu_ratio_X = X's CPU s / ours (>1: we use less).
+    # whole child including start-up) are steadier. cpu_ratio_X = X's CPU s / ours (>1: ours
+    # uses less).
     cpu_ratios = "".join(f" cpu_ratio_{k}={min(cpu[k]) / min(cpu['ours']):.3f}"
                          for k in ["floor"] + peers)
     print(f"CPU seconds (least of {args.repeat}): "

@@ -161,6 +161,8 @@ def _duckdb_query(inputs: Sequence[str], hash_buckets: int, seed: int,
     dense = [f"ln(1 + greatest(coalesce({c}, 0), 0)::DOUBLE)::FLOAT AS {c}" for c in DENSE_COLUMNS]
     ids = [f"coalesce(({NUM_SPARSE} + xor({c}, {c} >> 31) % {hash_buckets - NUM_SPARSE}::UBIGINT)"
            f"::BIGINT, {j - 1}) AS {c}" for j, c in enumerate(SPARSE_COLUMNS, start=1)]
+    mix1 = stage("mulwrap(xor({c}, {c} >> 30), " + str(_MIX1) + "::UBIGINT)", "_line")
+    mix2 = stage("mulwrap(xor({c}, {c} >> 27), " + str(_MIX2) + "::UBIGINT)", "_line")
     split = (f"CASE WHEN xor(_z, _z >> 31) < {_split_threshold(test_fraction)}::UBIGINT "
              f"THEN 'test' ELSE 'train' END AS split")
     return (
@@ -168,10 +170,8 @@ def _duckdb_query(inputs: Sequence[str], hash_buckets: int, seed: int,
         f"[{files}], delim = '\t', header = false, quote = '', escape = '', "
         f"auto_detect = false, columns = {{{cols}}})), "
         f"k AS (SELECT {salts} FROM raw), "
-        f"a AS (SELECT {stage('mulwrap(xor({c}, {c} >> 30), ' + str(_MIX1) + '::UBIGINT)', '_line')}"
-        f" FROM k), "
-        f"b AS (SELECT {stage('mulwrap(xor({c}, {c} >> 27), ' + str(_MIX2) + '::UBIGINT)', '_line')}"
-        f" FROM a) "
+        f"a AS (SELECT {mix1} FROM k), "
+        f"b AS (SELECT {mix2} FROM a) "
         f"SELECT {LABEL}::TINYINT AS {LABEL}, {', '.join(dense + ids)}, {split} FROM b")
 
 

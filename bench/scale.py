@@ -31,7 +31,7 @@ import platform
 import shutil
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 from gang_probe import dir_mb, make_raw, prep_child, run_probed_gang
 
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     what = "QUICK smoke run (one point)" if args.quick else "bench/scale.py"
     header = (f"Measured by `{what}` on {stamp}: {os.cpu_count()} cores, "
-              f"{platform.python_version()}, {args.epochs} epoch(s), 2 pservers x 2 trainers; "
+              f"Python {platform.python_version()}, {args.epochs} epoch(s), 2 pservers x 2 trainers; "
               f"1-minute load average at each point in the last column.")
     with open(os.path.join(out, "scale.md"), "w") as fh:
         fh.write(table(points, flags, header))
