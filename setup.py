@@ -24,6 +24,14 @@ TEST_REQUIRES = [
     "ipykernel==7.4.0",
 ]
 
+# The peers and plotting of bench/ (prep.py, scale.py); the test extra includes them because the
+# default test tier checks the peers agree with prep (tests/test_prep_peers.py).
+BENCH_REQUIRES = [
+    "polars==2.1.0",
+    "duckdb==2.0.0",
+    "matplotlib==3.11.2",
+]
+
 setup(
     name="ctr-volcano",
     version="0.1.0",
@@ -33,6 +41,6 @@ setup(
     package_data={"components": ["*.yaml"], "pipelines": ["*.yaml"]},
     python_requires=">=3.9,<3.12",
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": TEST_REQUIRES},
+    extras_require={"test": TEST_REQUIRES + BENCH_REQUIRES, "bench": BENCH_REQUIRES},
     entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.cli:main"]},
 )

@@ -1,4 +1,4 @@
-"""Benchmark: prep throughput vs the I/O floor and a naive line-by-line prep, plus peak memory.
+"""Benchmark: prep throughput vs the I/O floor, the peers a user would pick instead, and naive.
 
 Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least ``--gb`` GB with
 ``ctr-volcano gen-data``, then measures, in fresh subprocesses so each gets its own peak RSS:
@@ -8,13 +8,21 @@ Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least
   one Parquet file with no validation, transform, split or hashing, done two ways: (b1) pyarrow's
   streaming CSV reader, (b2) the same 32 MiB blocks, multithreaded ``read_csv`` and overlapped
   writes that prep uses. The faster of the two is the floor;
+* (p) the peers (``bench/prep_peers.py``): the same transform, hash, buckets and split written as
+  one polars streaming query and as one duckdb ``COPY``; after the timed runs each peer's output is
+  checked row for row against ours on a sample (``--check-sample``: rows whose XOR of the 26 ids is
+  0 modulo it), same ids and same float32 bits, per split;
 * (c) naive: a line-by-line Python prep (split, ``int()``, ``log1p``, per-value hash, write TSV) on
   the first ``--naive-mb`` MB.
 
-(a), (b1), (b2) and (c) each run ``--repeat`` times, interleaved, best kept (the machine is shared).
-MB/s is input megabytes (10^6 bytes of TSV) per second of the work itself, timed inside each
-child (interpreter start-up and imports excluded, alike for all). The last line is
-``RESULT ratio_floor=a/b ratio_naive=a/c peak_rss_mb=M`` (M: peak RSS of the worst run of (a)).
+Each runs ``--repeat`` times, interleaved, best kept (the machine is shared). MB/s is input
+megabytes (10^6 bytes of TSV) per second of the work itself, timed inside each child (interpreter
+start-up and imports excluded, alike for all). The last line is ``RESULT ratio_floor=a/b
+ratio_polars=a/polars ratio_duckdb=a/duckdb ratio_naive=a/c peak_rss_mb=M cpu_ratio_floor=...
+cpu_ratio_polars=... cpu_ratio_duckdb=... agreement=pass|fail``. M is the peak RSS of the worst run
+of (a); ``cpu_ratio_X`` is X's CPU seconds over ours (whole child, least of the runs; steadier than
+wall time on a shared machine; above 1 means we use less). The exit code is 1 if a peer disagrees
+with ours.
 
 Usage: ``python bench/prep.py [--gb 1.0] [--workdir /tmp/ctr_bench] [--repeat 2]``
 """
@@ -27,6 +35,8 @@ import shutil
 import subprocess
 import sys
 import time
+
+from prep_peers import compare_outputs  # sibling module: the script's own directory is on sys.path
 
 ROWS_PER_GB = 4_150_000  # ~241 bytes per generated line
 
@@ -103,12 +113,16 @@ print(done, time.monotonic() - start)
 
 def _run_rss(code: str, *args: str):
     """Run ``code`` in a fresh interpreter; return (seconds, stdout, peak RSS in MB)."""
+    return _run_argv_rss([sys.executable, "-c", code, *args])
+
+
+def _run_argv_rss(argv):
+    """Run ``argv``; return (seconds, stdout, peak RSS in MB) and set ``_run_rss.last_cpu``."""
     import tempfile
 
     with tempfile.TemporaryFile() as err:
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
-                                stderr=err)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
         out = proc.stdout.read()
         proc.stdout.close()
         _, status, usage = os.wait4(proc.pid, 0)  # reaps the child and gives its own rusage
@@ -142,9 +156,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.0, help="input size in GB (default 1.0)")
     ap.add_argument("--workdir", default="/tmp/ctr_bench", help="scratch dir (input is cached)")
-    ap.add_argument("--repeat", type=int, default=2, help="runs of (a) and (b), best kept")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each, best kept")
     ap.add_argument("--naive-mb", type=float, default=10.0, help="slice for the naive prep (MB)")
+    ap.add_argument("--check-sample", type=int, default=64,
+                    help="agreement check: compare the rows whose id XOR is 0 mod this power of "
+                         "two (1: every row; default 64)")
+    ap.add_argument("--peers", default="polars,duckdb", help="peers to run (default both)")
     args = ap.parse_args(argv)
+    peers = [p for p in args.peers.split(",") if p]
+    if any(p not in ("polars", "duckdb") for p in peers):
+        ap.error(f"--peers {args.peers!r}: use a comma-separated subset of polars,duckdb")
 
     os.makedirs(args.workdir, exist_ok=True)
     path = _ensure_input(args.workdir, args.gb)
@@ -152,6 +173,9 @@ def main(argv=None) -> int:
     print(f"input: {path} ({size_mb:.0f} MB)", flush=True)
 
     ours, floor_stream, floor_blocks, rss, naive = [], [], [], [], []
+    peer_times = {p: [] for p in peers}
+    cpu = {name: [] for name in ["ours", "floor"] + peers}  # CPU seconds of each child
+    peer_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prep_peers.py")
     for i in range(args.repeat):
         out_dir = os.path.join(args.workdir, "ours")
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -161,6 +185,7 @@ def main(argv=None) -> int:
         assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
             counts["rows_rejected"]
         ours.append(t)
+        cpu["ours"].append(_run_rss.last_cpu)
         rss.append(peak)
         print(f"  run {i + 1}: ours     {size_mb / t:7.1f} MB/s ({t:.1f} s, "
               f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {peak:.0f} MB, {counts})", flush=True)
@@ -169,9 +194,18 @@ def main(argv=None) -> int:
             _, out, fpeak = _run_rss(code, path, os.path.join(args.workdir, "floor.parquet"))
             out, t = out.split()[0], float(out.split()[1])
             times.append(t)
+            cpu["floor"].append(_run_rss.last_cpu)
             print(f"  run {i + 1}: {name} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
                   f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {fpeak:.0f} MB, {out} rows)",
                   flush=True)
+        for peer in peers:
+            _, out, ppeak = _run_argv_rss([sys.executable, peer_script, peer,
+                                           os.path.join(args.workdir, peer), path])
+            t = float(out.split()[-1])
+            peer_times[peer].append(t)
+            cpu[peer].append(_run_rss.last_cpu)
+            print(f"  run {i + 1}: {peer:8s} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
+                  f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {ppeak:.0f} MB)", flush=True)
         t, out, _ = _run_rss(NAIVE_CODE, path, os.path.join(args.workdir, "naive.tsv"),
                              str(int(args.naive_mb * 1e6)))
         naive_bytes, t = out.split()  # the loop's own time: interpreter start-up excluded
@@ -186,10 +220,28 @@ def main(argv=None) -> int:
     print(f"(a) ours:  {a:8.1f} MB/s  (best of {args.repeat}, peak RSS {max(rss):.0f} MB)")
     print(f"(b) floor: {b:8.1f} MB/s  (pyarrow CSV -> Parquet, no transform; streaming reader "
           f"{b1:.1f}, prep's block reader {b2:.1f})")
+    peer_mb_s, agree = {}, True
+    for peer in peers:
+        peer_mb_s[peer] = size_mb / min(peer_times[peer])
+        check = compare_outputs(os.path.join(args.workdir, "ours"),
+                                os.path.join(args.workdir, peer), args.check_sample)
+        agree &= check["ok"]
+        verdict = (f"agree on {check['rows_checked']} sampled rows" if check["ok"]
+                   else "DISAGREE: " + "; ".join(check["problems"]))
+        print(f"(p) {peer}: {peer_mb_s[peer]:7.1f} MB/s  ({verdict})")
     c = max(naive)
     print(f"(c) naive: {c:8.2f} MB/s  (line-by-line Python on the first {args.naive_mb:.0f} MB)")
-    print(f"RESULT ratio_floor={a / b:.3f} ratio_naive={a / c:.1f} peak_rss_mb={max(rss):.0f}")
-    return 0
+    ratios = "".join(f" ratio_{p}={a / v:.3f}" for p, v in peer_mb_s.items())
+    # On a shared machine wall time swings with the load; CPU seconds (least of the runs, the
+    # whole child including start-up) are steadier. cpu_ratio_X = X's CPU s / ours (>1: ours
+    # uses less).
+    cpu_ratios = "".join(f" cpu_ratio_{k}={min(cpu[k]) / min(cpu['ours']):.3f}"
+                         for k in ["floor"] + peers)
+    print(f"CPU seconds (least of {args.repeat}): "
+          + ", ".join(f"{k} {min(v):.2f}" for k, v in cpu.items()))
+    print(f"RESULT ratio_floor={a / b:.3f}{ratios} ratio_naive={a / c:.1f} "
+          f"peak_rss_mb={max(rss):.0f}{cpu_ratios} agreement={'pass' if agree else 'fail'}")
+    return 0 if agree else 1
 
 
 if __name__ == "__main__":
