@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from typing import List, Optional
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
@@ -45,11 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    from ctr_volcano.errors import Interrupted
+
+    raise Interrupted(signum)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from ctr_volcano.errors import CtrVolcanoError
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM (``kill PID``, a supervisor, a notebook kernel restart) unwinds like Ctrl-C, so every
+    # verb's cleanup runs; the exit code is 128 + signal either way.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
     try:
         return int(args.func(args) or 0)
     except CtrVolcanoError as exc:
@@ -57,9 +69,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         print(f"ctr-volcano {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"ctr-volcano {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        detail = str(exc)
+        print(f"ctr-volcano {args.command}: interrupted" + (f" ({detail})" if detail else ""),
+              file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ctr_model.contract import (ENV_VOLCANO_DIR, PSERVER, TRAINER, GangContract, host_file_contents,
                                 role_env, volcano_plugin_env)
-from ctr_volcano.errors import TrainingJobFailed
+from ctr_volcano.errors import Interrupted, TrainingJobFailed
 
 __all__ = ["GANG_MARKER_ENV", "GangSpec", "GangResult", "LocalGang", "find_free_ports",
            "gang_processes", "processes_with_env"]
@@ -222,7 +222,7 @@ class LocalGang:
 
         Raises:
             TrainingJobFailed: the last attempt failed (role, exit code, log tail attached).
-            KeyboardInterrupt: on SIGINT/SIGTERM, after every child was reaped.
+            Interrupted: on SIGINT/SIGTERM, after every child was reaped (a ``KeyboardInterrupt``).
         """
         t_start = time.time()
         handlers = self._install_signal_handlers()
@@ -252,7 +252,7 @@ class LocalGang:
                 details={**failure.details, "attempts": self.spec.max_retry + 1})
         except _Interrupted as exc:
             self._teardown()
-            raise KeyboardInterrupt(f"signal {exc.signum}: gang {self.gang_id} torn down") from None
+            raise Interrupted(exc.signum, f"gang {self.gang_id} torn down") from None
         finally:
             self._teardown()
             self._restore_signal_handlers(handlers)
@@ -365,9 +365,7 @@ class LocalGang:
 
     # -- cleanup --------------------------------------------------------------------------------
     def _teardown(self) -> None:
-        procs, self._procs = self._procs, []
-        if not procs:
-            return
+        procs = list(self._procs)   # cleared only at the end: an interrupted teardown is redone whole
         for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
             for p in procs:
                 try:
@@ -394,6 +392,7 @@ class LocalGang:
 
         for cache in self._caches:
             shutil.rmtree(cache, ignore_errors=True)
+        self._procs = []
 
     def _install_signal_handlers(self):
         import threading
@@ -402,6 +401,9 @@ class LocalGang:
             return None
 
         def handler(signum, _frame):
+            # one interruption is enough: a second signal must not cut the teardown short
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
             raise _Interrupted(signum)
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
