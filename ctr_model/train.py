@@ -29,10 +29,11 @@ from typing import List, Optional
 
 from ctr_model import checkpoint as ckpt
 from ctr_model.config import ConfigError, TrainConfig
-from ctr_model.contract import PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
-from ctr_model.data import DataError, assign_shards, convert_shards, resolve_split
+from ctr_model.contract import (EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env,
+                                parse_role_env)
+from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, resolve_split
 
-__all__ = ["main", "auc_from_stats", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
+__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
 
 GANG_DIR = "_gang"          # per-run coordination files inside the output dir
 MODEL_DIR = "model"
@@ -134,12 +135,12 @@ def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
         print(f"{spec.name}: host name {host!r} (from VC_PSERVER_HOSTS) did not resolve within "
               f"{DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
               f"publishes not-ready addresses", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_BAD_INPUT
     free = _port_is_free(address, int(port))
     if not free:
         print(f"{spec.name}: port {port} on {host} is already in use (CTR_PS_PORT): stop the process "
               f"holding it or choose another port", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_BAD_INPUT
     nonce = uuid.uuid4().hex
     gang_dir = os.path.join(spec.output_dir, GANG_DIR)
     os.makedirs(gang_dir, exist_ok=True)
@@ -221,6 +222,19 @@ def _pull_dense(fleet) -> None:
     rt._pull_all_dense(rt.scopes, send_ctx, dense_map)
 
 
+def check_test_split(data_dir: str, train: SplitInfo) -> Optional[SplitInfo]:
+    """The prep dir's ``test/`` split, validated against ``train`` (``None`` if there is none).
+
+    Raises:
+        DataError: the test split is unreadable, of another schema version, or hashed differently.
+    """
+    test = resolve_split(data_dir, "test")
+    if test is not None and test.hash_buckets != train.hash_buckets:
+        raise DataError(f"{test.path} was hashed into {test.hash_buckets} buckets but {train.path} into "
+                        f"{train.hash_buckets}: re-run `ctr-volcano prep` to write both splits")
+    return test
+
+
 def _cache_dir(spec: RoleSpec) -> str:
     base = os.environ.get("CTR_CACHE_DIR") or os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"ctr-slots-{os.getuid()}")
@@ -240,6 +254,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = Tr
     if len(split.files) < spec.trainers:
         raise DataError(f"{split.path} has {len(split.files)} shards for {spec.trainers} trainers: "
                         f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+    check_test_split(spec.data_dir, split)   # trainer 0 scores it after training: fail before
     mine = assign_shards(split.files, spec.index, spec.trainers)
     cache = _cache_dir(spec)
     # Convert in the background while Paddle starts up (imports, program, rendezvous): Arrow's
@@ -480,7 +495,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         explicit_buckets = '"hash_buckets"' in text
     except (ContractError, ConfigError, OSError) as exc:
         print(f"ctr_model.train: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_BAD_INPUT
     os.environ.update(paddle_env(spec))
     from ctr_model.net import fix_proto_shadowing
 
@@ -491,7 +506,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_trainer(spec, config, explicit_buckets)
     except (ConfigError, DataError) as exc:
         print(f"ctr_model.train: {spec.name}: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

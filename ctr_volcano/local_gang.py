@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from ctr_model.contract import (ENV_VOLCANO_DIR, PSERVER, TRAINER, GangContract, host_file_contents,
+from ctr_model.contract import (ENV_VOLCANO_DIR, EXIT_BAD_INPUT, PSERVER, TRAINER, GangContract, host_file_contents,
                                 role_env, volcano_plugin_env)
 from ctr_volcano.errors import Interrupted, TrainingJobFailed
 
@@ -187,6 +187,12 @@ def _tail(path: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _error_line(path: str) -> str:
+    """The last ``error:`` line of a role's log (the entrypoint prints exactly one before exit 2)."""
+    lines = [line for line in _tail(path, 200).splitlines() if "error:" in line]
+    return lines[-1].split("error:", 1)[1].strip() if lines else "see its log"
+
+
 _REAPER = """
 import os, signal, sys, time
 from ctr_volcano.local_gang import gang_processes
@@ -238,6 +244,8 @@ class LocalGang:
                     return GangResult(attempts=attempt, seconds=time.time() - t_start, logs=logs)
                 except TrainingJobFailed as exc:
                     failure = exc
+                    if exc.phase == "BadInput":   # deterministic: another attempt fails the same way
+                        raise
                     more = attempt <= self.spec.max_retry
                     self.log(f"gang {self.gang_id}: attempt {attempt} failed: {exc.reason} "
                              f"(role {exc.role}, exit code {exc.exit_code})"
@@ -326,6 +334,9 @@ class LocalGang:
             now = time.time()
             for p in trainers:
                 code = p.popen.poll()
+                if code == EXIT_BAD_INPUT:
+                    raise self._fail("BadInput", p, f"{p.name} refused its input: {_error_line(p.log_path)}",
+                                     code)
                 if code is not None and code != 0:
                     raise self._fail("Failed", p, f"{p.name} exited with code {code}", code)
             trainers_done = all(p.popen.poll() == 0 for p in trainers)

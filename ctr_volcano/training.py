@@ -84,12 +84,17 @@ def train_local(data_dir: str, model_dir: str,
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
     from ctr_model.data import DataError, resolve_split
+    from ctr_model.train import check_test_split
     from ctr_volcano.local_gang import GangSpec, LocalGang
 
     cfg = _config_dict(config)
     data_dir = os.path.abspath(os.fspath(data_dir))
     try:
         split = resolve_split(data_dir, "train")
+    except DataError as exc:
+        raise BadInput("data_dir", data_dir, str(exc)) from None
+    try:
+        check_test_split(data_dir, split)   # scored after training: a bad one must fail before it
     except DataError as exc:
         raise BadInput("data_dir", data_dir, str(exc)) from None
     if len(split.files) < trainers:

@@ -28,6 +28,9 @@ FAKE_ROLE = textwrap.dedent("""
     env = paddle_env(spec)
     print(spec.name, env["PADDLE_PSERVERS_IP_PORT_LIST"], env["POD_IP"], env["PADDLE_PORT"], flush=True)
     plan = json.loads(os.environ.get("FAKE_PLAN", "{}")).get(spec.name, "")
+    if plan.startswith("refuse:"):
+        print("ctr_model.train:", spec.name, "error:", plan[len("refuse:"):], file=sys.stderr, flush=True)
+        sys.exit(2)
     if plan.startswith("exit:"):
         sys.exit(int(plan[5:]))
     if plan.startswith("fail_once:"):
@@ -96,6 +99,16 @@ def test_failing_trainer_restarts_gang_then_fails_with_role_code_and_tail(job_id
     exc = err.value
     assert (exc.role, exc.exit_code, exc.details["attempts"]) == ("trainer-1", 3, 2)
     assert "trainer-1" in exc.log_tail and "gave up after 2 attempt(s)" in str(exc)
+
+
+def test_bad_input_exit_is_not_retried_and_names_the_reason(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-0": "refuse:test/schema.json is version 7"},
+                     max_retry=2)
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=lambda m: None).run()
+    assert err.value.phase == "BadInput" and err.value.exit_code == 2
+    assert "refused its input: test/schema.json is version 7" in err.value.reason
+    assert not (tmp_path / "work" / "attempt-2").exists(), "a deterministic input error was retried"
 
 
 def test_transient_failure_is_retried_to_success(job_id, tiny_data, tmp_path):

@@ -168,6 +168,7 @@ def _check_before_submit(data_path: str, params: StepParams) -> None:
     from ctr_model.config import ConfigError, TrainConfig
     from ctr_model.data import DataError, resolve_split
     from ctr_model.features import SchemaMismatch
+    from ctr_model.train import check_test_split
 
     try:
         TrainConfig.from_dict(train_config_of(params))
@@ -175,6 +176,8 @@ def _check_before_submit(data_path: str, params: StepParams) -> None:
         raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
     try:
         split = resolve_split(data_path, "train")
+        if split is not None:
+            check_test_split(data_path, split)
     except (DataError, SchemaMismatch) as exc:
         raise BadInput("train_data", data_path, str(exc)) from None
     if split is not None and len(split.files) < params.trainers:
