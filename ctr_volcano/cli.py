@@ -47,6 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Library field names whose command-line flag is spelled differently.
+_FLAG_OF_FIELD = {"learning_rate": "--lr", "gpu": "--gpus", "ttl_seconds_after_finished": "--ttl",
+                  "schedule_timeout_s": "--schedule-timeout", "stall_timeout_s": "--stall-timeout",
+                  "model_dir": "--model-out", "data_dir": "--data"}
+
+
+def _in_flag_terms(exc: Exception, args: argparse.Namespace) -> str:
+    """The error's text, naming the flag the user typed where a library field has one."""
+    from ctr_volcano.errors import BadInput
+
+    if not isinstance(exc, BadInput) or exc.field.startswith("-"):
+        return str(exc)
+    name = exc.field.rsplit(".", 1)[-1]
+    flag = _FLAG_OF_FIELD.get(name, "--" + name.replace("_", "-"))
+    if flag[2:].replace("-", "_") not in vars(args):
+        return str(exc)
+    return str(BadInput(flag, exc.value, exc.fix))
+
+
 def _raise_interrupted(signum: int, _frame: object) -> None:
     from ctr_volcano.errors import Interrupted
 
@@ -67,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except CtrVolcanoError as exc:
         if args.debug:
             raise
-        print(f"ctr-volcano {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ctr-volcano {args.command}: error: {_in_flag_terms(exc, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         detail = str(exc)

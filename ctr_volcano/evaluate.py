@@ -26,6 +26,7 @@ import numpy as np
 
 from ctr_model import metrics as _metrics
 from ctr_volcano.errors import BadInput
+from ctr_volcano.outputs import writable_dir
 
 __all__ = [
     "LOGLOSS_EPS", "DEFAULT_BATCH_SIZE", "ROC_MAX_POINTS",
@@ -383,6 +384,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
     if not 0.0 <= threshold <= 1.0:
         raise BadInput("threshold", threshold, "use a probability threshold in [0, 1], e.g. 0.5")
     split_dir = find_split_dir(data_dir)
+    out_dir = writable_dir("out", out_dir)
     if scorer is None:
         if not os.path.isdir(model_dir):
             raise BadInput("model", model_dir, "pass the exported model directory written by training")
@@ -407,7 +409,6 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
                                           "the split is incomplete or was modified; re-run the prep step")
     metrics = compute_metrics(labels, probs, threshold=threshold)
     metrics["context"] = _context(model_dir, split_dir, meta)
-    os.makedirs(out_dir, exist_ok=True)
     report_path = os.path.join(out_dir, "report.html")
     metrics.update({"model_dir": os.path.abspath(model_dir), "data_dir": os.path.abspath(split_dir),
                     "report": os.path.abspath(report_path)})

@@ -47,7 +47,6 @@ REASONS = ("wrong field count", "non-integer in integer column", "label not 0/1"
 
 _INPUT_SUFFIXES = (".tsv", ".txt", ".csv", ".gz", ".tsv.gz", ".txt.gz")
 _SPLIT_SALT_BASE = 0x53504C4954                 # ASCII "SPLIT"
-_MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -175,9 +174,11 @@ def _blocks(path: str, block_bytes: int) -> Iterator[Tuple[int, bytes, int]]:
             cut = data.rfind(b"\n")
             if cut < 0:
                 pending = data
-                if len(pending) > _MAX_LINE_BYTES:
-                    raise BadInput("input", f"{path}:{line_no}", "line longer than 1 MiB: this "
-                                   "does not look like a Criteo TSV file (40 tab-separated fields)")
+                if len(pending) > block_bytes:
+                    raise BadInput("input", f"{path}:{line_no}",
+                                   f"line longer than the block size ({block_bytes >> 20} MiB): raise "
+                                   f"--block-mb above the longest line, or check this is a Criteo TSV "
+                                   f"file (40 tab-separated fields per line)")
                 continue
             block, pending = data[:cut + 1], data[cut + 1:]
             n_lines = block.count(b"\n")
@@ -225,7 +226,16 @@ def _read(text: bytes, use_threads: bool = True):
     read_opts, parse_opts, convert_opts = _csv_options()
     if not use_threads:
         read_opts = pacsv.ReadOptions(column_names=list(RAW_COLUMNS), use_threads=False)
-    return pacsv.read_csv(pa.py_buffer(text), read_options=read_opts,
+    try:
+        return pacsv.read_csv(pa.py_buffer(text), read_options=read_opts,
+                              parse_options=parse_opts, convert_options=convert_opts)
+    except pa.ArrowInvalid as exc:
+        if "straddl" not in str(exc):
+            raise
+    # A line longer than Arrow's parse block (a huge categorical value): parse the text as one block.
+    one_block = pacsv.ReadOptions(column_names=list(RAW_COLUMNS), use_threads=False,
+                                  block_size=len(text) + 1)
+    return pacsv.read_csv(pa.py_buffer(text), read_options=one_block,
                           parse_options=parse_opts, convert_options=convert_opts)
 
 
@@ -413,10 +423,16 @@ class _ShardSet:
             w.close()
 
     def remove(self) -> None:
+        """Delete what this set wrote, and its directory if nothing else is left in it."""
         self.close()
         for p in self.paths:
             if os.path.exists(p):
                 os.remove(p)
+        for name in (SCHEMA_FILE, SCHEMA_FILE + ".tmp"):
+            if os.path.exists(os.path.join(self.dir, name)):
+                os.remove(os.path.join(self.dir, name))
+        if not os.listdir(self.dir):
+            os.rmdir(self.dir)
 
     def files(self) -> List[Dict[str, Any]]:
         return [{"name": os.path.basename(p), "rows": r} for p, r in zip(self.paths, self.rows)]
@@ -458,6 +474,8 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
         raise BadInput("config", config, "pass a ctr_volcano.prep.PrepConfig")
     files = resolve_inputs(inputs)
     started = time.monotonic()
+    if stats_path and os.path.exists(stats_path):
+        os.remove(stats_path)   # it describes the shards the writers below replace
     train = _ShardSet(train_dir, config.shards, config.compression)
     test = _ShardSet(test_dir, config.test_shards, config.compression)
     acc = _Accumulator(config)
@@ -531,6 +549,12 @@ def _transform_and_write(table, row_index: np.ndarray, config: PrepConfig, acc: 
         test.write(test_part)
 
 
+def _looks_like_header(line: bytes) -> bool:
+    """A file's first line whose label field is a word (``label``, ``click``): column names."""
+    label = line.split(b"\t", 1)[0].strip()
+    return bool(label) and label.isalpha()
+
+
 class _Accumulator:
     """Counts, rejects and per-column statistics over the whole run."""
 
@@ -552,6 +576,9 @@ class _Accumulator:
         self.rows_in += n_lines
         self.rows_rejected += len(rejects)
         for i, category, detail, text in rejects:
+            if first_line + i == 1 and _looks_like_header(text):
+                detail = ("a header line (column names); Criteo TSV files have none: remove it "
+                          f"(e.g. tail -n +2), first fields {text[:40].decode('utf-8', 'replace')!r}")
             self.by_reason[category] = self.by_reason.get(category, 0) + 1
             if len(self.examples) < self.config.max_examples:
                 self.examples.append({"file": path, "line": first_line + i, "reason": detail,
@@ -583,7 +610,9 @@ class _Accumulator:
                 "max_bad_fraction", self.config.max_bad_fraction,
                 f"{self.rows_rejected} of {self.rows_in} lines ({frac:.4%}) were rejected; "
                 f"first at {first['file']}:{first['line']}: {first['reason']}. Fix the input, "
-                f"or raise --max-bad-fraction to accept it")
+                f"or raise --max-bad-fraction to accept it"
+                + ("; most lines are bad: is this a Criteo TSV file (label, 13 integer and 26 "
+                   "categorical fields, tab-separated)?" if frac > 0.5 else ""))
 
     def stats(self, train: _ShardSet, test: _ShardSet, seconds: float) -> Dict[str, Any]:
         good = self.rows_train + self.rows_test

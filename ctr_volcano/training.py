@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from ctr_volcano.errors import BadInput
+from ctr_volcano.outputs import writable_dir
 
 __all__ = ["TrainResult", "train_local", "DEFAULT_STALL_TIMEOUT_S"]
 
@@ -103,17 +104,21 @@ def train_local(data_dir: str, model_dir: str,
     if "hash_buckets" in cfg and split.hash_buckets and cfg["hash_buckets"] != split.hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
                        f"the data was hashed into {split.hash_buckets} buckets; drop the field or use that")
+    model_dir = writable_dir("model_dir", model_dir)
     own_workdir = not workdir
     workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")
     output_dir = os.path.join(workdir, "output")
     os.makedirs(output_dir, exist_ok=True)
-    spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
-                    output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
-                    max_retry=max_retry, stall_timeout_s=stall_timeout_s)
+    try:
+        spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
+                        output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
+                        max_retry=max_retry, stall_timeout_s=stall_timeout_s)
+    except BadInput:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
     result = LocalGang(spec, log=log).run()
     src = os.path.join(output_dir, "model")
-    model_dir = os.path.abspath(os.fspath(model_dir))
-    os.makedirs(model_dir, exist_ok=True)
     for name in os.listdir(model_dir):
         path = os.path.join(model_dir, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)

@@ -286,10 +286,10 @@ def test_cli_prep_and_gen_data(tmp_path, capsys, sample_dir):
     assert F.check_split_schema(str(tmp_path / "out" / "train"), 1000)["rows"] > 0
     assert main(["prep", "--input", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ctr-volcano prep: error: input=") and "Traceback" not in err
+    assert err.startswith("ctr-volcano prep: error: --input=") and "Traceback" not in err
     assert main(["prep", "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "o"),
                  "--test-fraction", "2"]) == 2
-    assert "test_fraction=2.0" in capsys.readouterr().err
+    assert "--test-fraction=2.0" in capsys.readouterr().err
 
 
 def test_prep_and_the_reference_line_parser_agree_on_odd_fields(tmp_path):

@@ -112,10 +112,10 @@ class StepParams:
 
     @classmethod
     def from_component(cls, **kwargs: Any) -> "StepParams":
-        """Build from KFP parameters: ``""`` means unset; a negative TTL means keep the Job."""
+        """Build from KFP parameters: ``""`` means unset; a TTL of -1 means keep the Job."""
         clean = {k: _none_if_empty(v) for k, v in kwargs.items()}
         ttl = clean.get("ttl_seconds_after_finished")
-        if ttl is not None and int(ttl) < 0:
+        if ttl is not None and int(ttl) == -1:   # KFP's "unset"; other negatives are refused
             clean["ttl_seconds_after_finished"] = None
         for key in ("queue", "pvc_mount_path", "cpu", "memory"):
             if clean.get(key) is None:
