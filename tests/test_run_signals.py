@@ -50,3 +50,30 @@ def test_signal_to_run_pid_stops_executor_and_gang(sig, code, tmp_path):
     assert "interrupted" in err.strip().splitlines()[-1]
     assert processes_with_env(mark) == []
     assert not list(scratch.glob("ctr-run-*")), "the interrupted run's scratch dir was left behind"
+
+
+def test_sigterm_to_train_exits_143_and_reaps_the_gang(tmp_path):
+    from ctr_model.synthetic import write_planted_prep
+
+    write_planted_prep(str(tmp_path / "prep"), train_rows=4000, test_rows=500, shards=2)
+    mark = f"CTRTEST_SIGNAL_TRAIN={uuid.uuid4().hex}"
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
+    cmd = [sys.executable, "-m", "ctr_volcano.cli", "train", "--data", str(tmp_path / "prep"),
+           "--model-out", str(tmp_path / "model"), "--epochs", "200", "--workdir", str(tmp_path / "w")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if len(set(processes_with_env(mark)) & set(gang_processes())) >= 4:
+                break
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err[-2000:]
+    assert "interrupted (SIGTERM" in err.strip().splitlines()[-1]
+    assert processes_with_env(mark) == []
