@@ -32,15 +32,13 @@ from ctr_volcano.volcano.spec import TrainJobSpec
 from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
 NS = "ml"
 JOB = "ctr-t"
 
 
 @pytest.fixture
-def fake():
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
-    server = FakeKube(crd_path=str(CRD)).start()
+def fake(volcano_job_crd):
+    server = FakeKube(crd_path=volcano_job_crd).start()
     try:
         yield server
     finally:
