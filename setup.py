@@ -21,6 +21,8 @@ TEST_REQUIRES = [
     "nbformat==5.11.1",
     "nbclient==0.11.0",
     "ipykernel==7.4.0",
+    "ruff==0.17.6",
+    "mypy==2.4.1",
 ]
 
 setup(

@@ -14,10 +14,13 @@ import glob
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from ctr_model.features import SCHEMA_VERSION
-from ctr_model.metrics import auc, logloss  # noqa: F401  (re-exported: part of this API)
+from ctr_model.metrics import auc, logloss  # re-exported: part of this API
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["ModelError", "Scorer", "load_model", "read_sparse_table", "write_sparse_npz",
            "evaluate_files", "auc", "logloss", "MODEL_META", "DENSE_FILE", "SPARSE_FILE"]
@@ -84,9 +87,9 @@ class Scorer:
         layers: ``[(W, b), ...]`` of the FC stack followed by the 2-way output layer.
     """
 
-    meta: dict
-    keys: object
-    rows: object
+    meta: Dict[str, Any]
+    keys: "np.ndarray"
+    rows: "np.ndarray"
     layers: list
 
     @property
@@ -107,7 +110,7 @@ class Scorer:
         ids = np.stack([np.asarray(cols[c]).astype(np.uint64) for c in SPARSE_COLUMNS], axis=1)
         return dense, ids
 
-    def predict(self, table) -> "np.ndarray":  # noqa: F821
+    def predict(self, table) -> "np.ndarray":
         """Click probabilities (float64) for a pyarrow Table, pandas DataFrame or dict of columns."""
         import numpy as np
 
@@ -129,7 +132,7 @@ class Scorer:
         return 1.0 / (1.0 + np.exp(-(logits[:, 1] - logits[:, 0])))
 
     def predict_files(self, paths: Sequence[str], batch_size: int = 65536
-                      ) -> Iterator[Tuple[Optional["np.ndarray"], "np.ndarray"]]:  # noqa: F821
+                      ) -> Iterator[Tuple[Optional["np.ndarray"], "np.ndarray"]]:
         """Stream Parquet files; yields ``(labels or None, probabilities)`` per batch."""
         import numpy as np
         import pyarrow.parquet as pq
@@ -157,7 +160,7 @@ def _columns(table) -> Dict[str, object]:
                      f"DataFrame or a dict of columns")
 
 
-def _load_npz(path: str, names: Sequence[str]) -> Dict[str, "np.ndarray"]:  # noqa: F821
+def _load_npz(path: str, names: Sequence[str]) -> Dict[str, "np.ndarray"]:
     """The named arrays of an ``.npz`` file, read whole; a damaged file is a :class:`ModelError` naming it."""
     import zipfile
 

@@ -25,12 +25,11 @@ import sys
 import threading
 import time
 import uuid
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from ctr_model import checkpoint as ckpt
 from ctr_model.config import ConfigError, TrainConfig
-from ctr_model.contract import (EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env,
-                                parse_role_env)
+from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
 from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, resolve_split
 
 __all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
@@ -463,7 +462,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> Non
             "convert_seconds": max(r.get("convert_seconds", 0.0) for r in recs),
             "convert_wait_seconds": max(r.get("convert_wait_seconds", 0.0) for r in recs),
         })
-    metrics = {"epochs": epochs, "pservers": spec.pservers, "trainers": spec.trainers,
+    metrics: Dict[str, Any] = {"epochs": epochs, "pservers": spec.pservers, "trainers": spec.trainers,
                "resumed_from_epoch": start_epoch, "config": config.to_dict(),
                "per_trainer": {str(k): v for k, v in per_trainer.items()}}
     test = resolve_split(spec.data_dir, "test") if spec.data_dir else None

@@ -35,8 +35,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from ctr_model import metrics as _metrics
-from ctr_model.features import (DENSE_COLUMNS, NUM_DENSE, NUM_SPARSE, RAW_COLUMNS,
-                                SPARSE_COLUMNS, dense_transform)
+from ctr_model.features import DENSE_COLUMNS, NUM_DENSE, NUM_SPARSE, RAW_COLUMNS, SPARSE_COLUMNS, dense_transform
 from ctr_volcano.errors import BadInput
 
 __all__ = ["generate", "PlantedModel", "planted_model", "auc_score", "logloss_score",

@@ -29,8 +29,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from ctr_model.contract import (ENV_VOLCANO_DIR, EXIT_BAD_INPUT, PSERVER, TRAINER, GangContract, host_file_contents,
-                                role_env, volcano_plugin_env)
+from ctr_model.contract import (
+    ENV_VOLCANO_DIR,
+    EXIT_BAD_INPUT,
+    PSERVER,
+    TRAINER,
+    GangContract,
+    host_file_contents,
+    role_env,
+    volcano_plugin_env,
+)
 from ctr_volcano.errors import Interrupted, TrainingJobFailed
 
 __all__ = ["GANG_MARKER_ENV", "GangSpec", "GangResult", "LocalGang", "find_free_ports",

@@ -30,10 +30,21 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ctr_model.features import (DEFAULT_HASH_BUCKETS, DENSE_COLUMNS, LABEL, NUM_SPARSE,
-                                RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION, SPARSE_COLUMNS,
-                                _mix64_int, _mix64_np, hash_categorical, validate_hash_buckets,
-                                write_split_schema)
+from ctr_model.features import (
+    DEFAULT_HASH_BUCKETS,
+    DENSE_COLUMNS,
+    LABEL,
+    NUM_SPARSE,
+    RAW_COLUMNS,
+    SCHEMA_FILE,
+    SCHEMA_VERSION,
+    SPARSE_COLUMNS,
+    _mix64_int,
+    _mix64_np,
+    hash_categorical,
+    validate_hash_buckets,
+    write_split_schema,
+)
 from ctr_volcano.errors import BadInput
 
 __all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "split_is_test",

@@ -12,10 +12,13 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Union
 
 from ctr_volcano.errors import BadInput
 from ctr_volcano.outputs import writable_dir
+
+if TYPE_CHECKING:
+    from ctr_model.config import TrainConfig
 
 __all__ = ["TrainResult", "train_local", "DEFAULT_STALL_TIMEOUT_S"]
 
@@ -57,7 +60,7 @@ def _config_dict(config: Any) -> Dict[str, Any]:
 
 
 def train_local(data_dir: str, model_dir: str,
-                config: Union["TrainConfig", Mapping[str, Any], None] = None,  # noqa: F821
+                config: Union["TrainConfig", Mapping[str, Any], None] = None,
                 *, pservers: int = 2, trainers: int = 2, max_retry: int = 2,
                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, workdir: Optional[str] = None,
                 log: Callable[[str], None] = print, job_id: str = "ctr-local") -> TrainResult:

@@ -2,7 +2,6 @@
 start the Go-built mini cluster (see ``tests/cluster/``)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

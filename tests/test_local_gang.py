@@ -7,7 +7,6 @@ gang is covered in ``test_train_local.py``.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -137,7 +136,7 @@ def test_watchdog_names_the_stalled_trainer(job_id, tiny_data, tmp_path):
 def test_sigterm_reaps_every_child(job_id, tiny_data, tmp_path):
     spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-0": "silent", "trainer-1": "silent"},
                      max_retry=0, stall_timeout_s=600)
-    driver = textwrap.dedent(f"""
+    driver = textwrap.dedent("""
         import json, sys
         from ctr_volcano.local_gang import GangSpec, LocalGang
         spec = GangSpec(**json.loads(sys.argv[1]))

@@ -223,7 +223,7 @@ def test_split_is_deterministic_and_seeded(sample_dir, tmp_path):
     raw.write_text("\n".join(lines) + "\n")
     a = prep([str(raw)], str(tmp_path / "a"), PrepConfig(seed=1, test_fraction=0.3))
     b = prep([str(raw)], str(tmp_path / "b"), PrepConfig(seed=1, test_fraction=0.3))
-    c = prep([str(raw)], str(tmp_path / "c"), PrepConfig(seed=2, test_fraction=0.3))
+    prep([str(raw)], str(tmp_path / "c"), PrepConfig(seed=2, test_fraction=0.3))
     assert a["rows_test"] == b["rows_test"]
     assert _read_split(tmp_path / "a" / "test").equals(_read_split(tmp_path / "b" / "test"))
     assert not _read_split(tmp_path / "a" / "test").equals(_read_split(tmp_path / "c" / "test"))

@@ -16,7 +16,6 @@ from components.train import train_ctr
 from tests.fake_k8s import FakeKube
 
 
-
 @dsl.pipeline(name="train-volcano-local")
 def _pipeline(prep_uri: str, pvc_mount_path: str):
     data = dsl.importer(artifact_uri=prep_uri, artifact_class=dsl.Dataset, reimport=False)

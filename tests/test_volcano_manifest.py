@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from ctr_volcano.cli import main as cli_main
 from ctr_volcano.errors import BadInput
-from ctr_volcano.volcano.manifest import (build_job, check_job, load_crd_schema, unknown_fields,
-                                          validate_against_crd, validate_job)
+from ctr_volcano.volcano.manifest import (
+    build_job,
+    check_job,
+    load_crd_schema,
+    unknown_fields,
+    validate_against_crd,
+    validate_job,
+)
 from ctr_volcano.volcano.names import MAX_JOB_NAME, is_dns1035_label, job_name_for
 from ctr_volcano.volcano.spec import PvcVolume, Resources, SecretEnv, TrainJobSpec
-
 
 
 @pytest.fixture(scope="module")

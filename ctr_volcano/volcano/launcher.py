@@ -337,9 +337,9 @@ class VolcanoLauncher:
             if key in seen:
                 continue
             seen.add(key)
-            obj = ev.get("involvedObject") or {}
-            lines.append(f"{ev.get('type', '')} {ev.get('reason', '')} {obj.get('kind', '')}/"
-                         f"{obj.get('name', '')}: {ev.get('message', '')}")
+            involved = ev.get("involvedObject") or {}
+            lines.append(f"{ev.get('type', '')} {ev.get('reason', '')} {involved.get('kind', '')}/"
+                         f"{involved.get('name', '')}: {ev.get('message', '')}")
             if len(lines) == 5:
                 break
         if lines:

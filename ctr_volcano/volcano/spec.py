@@ -65,7 +65,8 @@ class Resources:
         _check_quantity("memory_limit", self.memory_limit)
         for name in ("cpu", "memory", "cpu_limit", "memory_limit"):
             value = getattr(self, name)
-            if value is not None and float(_QUANTITY_NUMBER.match(str(value)).group()) == 0:
+            number = _QUANTITY_NUMBER.match(str(value)) if value is not None else None
+            if number is not None and float(number.group()) == 0:
                 raise BadInput(name, value, "use a positive quantity: a zero limit makes every pod "
                                             "unschedulable or OOM-killed at once")
         if not isinstance(self.gpu, int) or self.gpu < 0:
@@ -300,9 +301,9 @@ class TrainJobSpec:
             raise BadInput("volumes", mounts, "give every volume its own mount_path")
         if any(m == "/etc/volcano" or m.startswith("/etc/volcano/") for m in mounts):
             raise BadInput("volumes", mounts, "do not mount over /etc/volcano (Volcano's svc plugin uses it)")
-        for item in self.env_from_secrets:
-            if not isinstance(item, SecretEnv):
-                raise BadInput("env_from_secrets", item, "pass SecretEnv objects")
+        for secret_env in self.env_from_secrets:
+            if not isinstance(secret_env, SecretEnv):
+                raise BadInput("env_from_secrets", secret_env, "pass SecretEnv objects")
         for key, _ in self.env:
             if not _ENV_NAME.match(str(key)):
                 raise BadInput("env", key, "use valid environment variable names")
