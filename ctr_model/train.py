@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import sys
@@ -31,6 +32,7 @@ from ctr_model import checkpoint as ckpt
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
 from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, resolve_split
+from ctr_model.logs import human_seconds, setup_logging
 
 __all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
 
@@ -41,8 +43,11 @@ MODEL_META = "model_meta.json"
 DENSE_FILE = "dense.npz"
 
 
+log = logging.getLogger("ctr_model.train")
+
+
 def _log(spec: RoleSpec, msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {spec.name}: {msg}", flush=True)
+    log.info("%s: %s", spec.name, msg)
 
 
 def auc_from_stats(stat_pos, stat_neg) -> float:
@@ -131,14 +136,14 @@ def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
     host, port = spec.ps_endpoints()[spec.index].rsplit(":", 1)
     address = resolve_own_host(host)
     if address is None:
-        print(f"{spec.name}: host name {host!r} (from VC_PSERVER_HOSTS) did not resolve within "
-              f"{DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
-              f"publishes not-ready addresses", file=sys.stderr, flush=True)
+        log.error(f"{spec.name}: error: host name {host!r} (from VC_PSERVER_HOSTS) did not resolve within "
+                  f"{DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
+                  f"publishes not-ready addresses")
         return EXIT_BAD_INPUT
     free = _port_is_free(address, int(port))
     if not free:
-        print(f"{spec.name}: port {port} on {host} is already in use (CTR_PS_PORT): stop the process "
-              f"holding it or choose another port", file=sys.stderr, flush=True)
+        log.error(f"{spec.name}: error: port {port} on {host} is already in use (CTR_PS_PORT): stop the "
+                  f"process holding it or choose another port")
         return EXIT_BAD_INPUT
     nonce = uuid.uuid4().hex
     gang_dir = os.path.join(spec.output_dir, GANG_DIR)
@@ -155,9 +160,8 @@ def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
     except OSError:
         stopped = False
     if not stopped:
-        print(f"{spec.name}: the parameter server returned without being stopped by trainer 0 "
-              f"(look for 'Fail to listen' above: port taken or host name not resolvable)",
-              file=sys.stderr, flush=True)
+        log.error(f"{spec.name}: the parameter server returned without being stopped by trainer 0 "
+                  f"(look for 'Fail to listen' above: port taken or host name not resolvable)")
         return 3
     _log(spec, "stopped by trainer 0")
     return 0
@@ -176,6 +180,8 @@ class _Progress(threading.Thread):
         self.stop_event = threading.Event()
         self.epoch = 0
         self.t0 = time.time()
+        self.rows_per_epoch = 0     # this trainer's rows: with last_epoch, drives the ETA
+        self.last_epoch = 0
 
     def read(self):
         import numpy as np
@@ -197,8 +203,12 @@ class _Progress(threading.Thread):
                 continue
             last = n
             dt = max(time.time() - self.t0, 1e-9)
-            _log(self.spec, f"epoch {self.epoch}: {int(n)} examples, {n / dt:.0f} ex/s, "
-                            f"loss {loss / n:.4f}, auc {auc_from_stats(pos, neg):.4f}")
+            eta = ""
+            if self.rows_per_epoch:
+                left = (self.last_epoch - self.epoch) * self.rows_per_epoch + max(self.rows_per_epoch - n, 0)
+                eta = f", ETA {human_seconds(left / (n / dt))}"
+            _log(self.spec, f"epoch {self.epoch}/{self.last_epoch}: {int(n)} of {self.rows_per_epoch} examples, "
+                            f"{n / dt:.0f} ex/s, loss {loss / n:.4f}, auc {auc_from_stats(pos, neg):.4f}{eta}")
 
 
 def _reset_stats(scope, names: List[str]) -> None:
@@ -323,6 +333,7 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
     names = {"pos": net.auc_states[2].name, "neg": net.auc_states[3].name, "loss": "ctr_loss_sum"}
     stat_names = [v.name for v in net.auc_states] + ["ctr_loss_sum"]
     progress = _Progress(spec, scope, names, config.progress_secs)
+    progress.rows_per_epoch, progress.last_epoch = rows, config.epochs
     progress.start()
     progress_file = os.path.join(spec.output_dir, GANG_DIR, f"{spec.name}.json")
     history = _load_history(progress_file, start_epoch)
@@ -371,7 +382,13 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int) -> in
         from ctr_model.infer import write_sparse_npz
         keys = write_sparse_npz(model_dir, config.embedding_dim)
         _log(spec, f"exported {model_dir} ({keys} sparse keys)")
-        _write_json(os.path.join(model_dir, MODEL_META), _model_meta(spec, config))
+        meta = _model_meta(spec, config)
+        _write_json(os.path.join(model_dir, MODEL_META), meta)
+        from ctr_model.calibrate import calibrate_export
+
+        meta["calibration"] = calibrate_export(model_dir, resolve_split(spec.data_dir, "train").files)
+        _write_json(os.path.join(model_dir, MODEL_META), meta)
+        _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
     fleet.barrier_worker()
     if first:
         _write_metrics(spec, config, start_epoch)
@@ -480,6 +497,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> Non
 # ------------------------------------------------------------------------------------------------
 
 def main(argv: Optional[List[str]] = None) -> int:
+    setup_logging()
     parser = argparse.ArgumentParser(prog="python -m ctr_model.train",
                                      description="CTR DNN parameter-server role (pserver or trainer).")
     parser.add_argument("--config", help="TrainConfig JSON file (default: $CTR_TRAIN_CONFIG)")
@@ -493,7 +511,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         config = TrainConfig.from_json(text)
         explicit_buckets = '"hash_buckets"' in text
     except (ContractError, ConfigError, OSError) as exc:
-        print(f"ctr_model.train: error: {exc}", file=sys.stderr, flush=True)
+        log.error(f"error: {exc}")
         return EXIT_BAD_INPUT
     os.environ.update(paddle_env(spec))
     from ctr_model.net import fix_proto_shadowing
@@ -504,7 +522,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return run_pserver(spec, config)
         return run_trainer(spec, config, explicit_buckets)
     except (ConfigError, DataError) as exc:
-        print(f"ctr_model.train: {spec.name}: error: {exc}", file=sys.stderr, flush=True)
+        log.error(f"{spec.name}: error: {exc}")
         return EXIT_BAD_INPUT
 
 

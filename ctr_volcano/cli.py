@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import signal
 import sys
 import threading
 from typing import List, Optional
+
+from ctr_model.logs import setup_logging
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -77,6 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    setup_logging(logging.DEBUG if args.debug else logging.INFO)
     # SIGTERM (``kill PID``, a supervisor, a notebook kernel restart) unwinds like Ctrl-C, so every
     # verb's cleanup runs; the exit code is 128 + signal either way.
     in_main = threading.current_thread() is threading.main_thread()

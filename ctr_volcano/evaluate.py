@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import math
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -25,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ctr_model import metrics as _metrics
+from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 from ctr_volcano.outputs import writable_dir
 
@@ -33,6 +35,8 @@ __all__ = [
     "auc", "logloss", "calibration", "roc_curve", "confusion_matrix", "compute_metrics",
     "render_report", "evaluate", "find_split_dir",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Probabilities are clipped to ``[eps, 1 - eps]`` before the log: float32 models emit exact 0/1.
 LOGLOSS_EPS = _metrics.LOGLOSS_EPS
@@ -332,14 +336,18 @@ def _expected_rows(split_dir: str) -> Optional[int]:
     return None if rows is None else int(rows)
 
 
-def _collect(batches: Iterable[Tuple[Any, Any]]) -> Tuple[np.ndarray, np.ndarray]:
+def _collect(batches: Iterable[Tuple[Any, Any]], total_rows: Optional[int] = None
+             ) -> Tuple[np.ndarray, np.ndarray]:
     ys: List[np.ndarray] = []
     ps: List[np.ndarray] = []
+    progress = Progress(logger, "evaluate", total_rows=total_rows)
     for labels, probs in batches:
         if labels is None:
             raise BadInput("data", "no label column", "evaluate on a labelled split (the prep step's test_data)")
         ys.append(np.asarray(labels, dtype=np.int8).reshape(-1))
         ps.append(np.asarray(probs, dtype=np.float64).reshape(-1))
+        progress.update(rows=ys[-1].size)
+    progress.done()
     if not ys:
         return np.zeros(0, np.int8), np.zeros(0, np.float64)
     return np.concatenate(ys), np.concatenate(ps)
@@ -402,8 +410,8 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
     except ValueError as exc:  # ctr_model.features.SchemaMismatch: version, columns or buckets differ
         raise BadInput("data", split_dir, str(exc)) from exc
     parts = _parquet_parts(split_dir)
-    labels, probs = _collect(scorer.predict_files(parts, batch_size=batch_size))
     expected = _expected_rows(split_dir)
+    labels, probs = _collect(scorer.predict_files(parts, batch_size=batch_size), expected)
     if expected is not None and expected != labels.size:
         raise BadInput("data", split_dir, f"scored {labels.size} rows but schema.json says {expected}: "
                                           "the split is incomplete or was modified; re-run the prep step")

@@ -19,6 +19,7 @@ every few seconds while their examples count moves).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -49,6 +50,11 @@ __all__ = ["GANG_MARKER_ENV", "GangSpec", "GangResult", "LocalGang", "find_free_
 GANG_MARKER_ENV = "CTR_LOCAL_GANG_ID"
 
 _LOCALHOST = "127.0.0.1"
+#: How the pod entrypoint's log lines name their logger (``ctr_model.logs.LOG_FORMAT``): such lines
+#: of the trainers are forwarded to the supervisor's log, so the step log shows training progress.
+_ENTRYPOINT_LOGGER = " ctr_model.train: "
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,7 @@ class _Proc:
     log_path: str
     last_size: int = 0
     last_change: float = 0.0
+    forwarded: int = 0          # bytes of the log already forwarded to the supervisor's log
 
 
 class _Interrupted(BaseException):
@@ -222,9 +229,9 @@ for _ in range(3):
 class LocalGang:
     """Runs one :class:`GangSpec` to completion (see the module docstring for the semantics)."""
 
-    def __init__(self, spec: GangSpec, log: Callable[[str], None] = print):
+    def __init__(self, spec: GangSpec, log: Optional[Callable[[str], None]] = None):
         self.spec = spec
-        self.log = log
+        self.log = log or logger.info
         self.gang_id = f"{spec.job_id}-{uuid.uuid4().hex[:8]}"
         self._procs: List[_Proc] = []
         self._t_attempt = 0.0
@@ -320,6 +327,22 @@ class LocalGang:
         self._supervise(attempt)
         return {p.name: p.log_path for p in self._procs}
 
+    def _forward(self, proc: _Proc) -> None:
+        """Log the entrypoint's new complete lines from ``proc``'s log (Paddle's own output stays there)."""
+        try:
+            with open(proc.log_path, "rb") as fh:
+                fh.seek(proc.forwarded)
+                chunk = fh.read(1 << 20)
+        except OSError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        proc.forwarded += end + 1
+        for line in chunk[:end].decode("utf-8", "replace").splitlines():
+            if _ENTRYPOINT_LOGGER in line:
+                self.log(f"gang {self.gang_id}: {line.split(_ENTRYPOINT_LOGGER, 1)[1]}")
+
     def _stopped_by_trainer0(self) -> bool:
         from ctr_model.train import GANG_DIR
 
@@ -348,6 +371,9 @@ class LocalGang:
                 if code is not None and code != 0:
                     raise self._fail("Failed", p, f"{p.name} exited with code {code}", code)
             trainers_done = all(p.popen.poll() == 0 for p in trainers)
+            if trainers_done:
+                for p in trainers:
+                    self._forward(p)
             for p in pservers:
                 code = p.popen.poll()
                 if code == 0 and self._stopped_by_trainer0():
@@ -367,6 +393,7 @@ class LocalGang:
                     size = p.last_size
                 if size != p.last_size:
                     p.last_size, p.last_change = size, now
+                    self._forward(p)
                 elif now - p.last_change > spec.stall_timeout_s:
                     raise self._fail("Stalled", p, f"{p.name} made no progress for "
                                      f"{spec.stall_timeout_s:.0f}s (a pserver or peer may be hung)",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import math
 import os
 import re
@@ -40,17 +41,19 @@ from ctr_model.features import (
     SCHEMA_VERSION,
     SPARSE_COLUMNS,
     _mix64_int,
-    _mix64_np,
     hash_categorical,
     validate_hash_buckets,
     write_split_schema,
 )
+from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 
-__all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "split_is_test",
+__all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "StratifiedSplit",
            "STATS_FILE", "REASONS"]
 
 STATS_FILE = "stats.json"
+
+logger = logging.getLogger(__name__)
 
 #: Reason categories counted in ``stats["rejected_by_reason"]``.
 REASONS = ("wrong field count", "non-integer in integer column", "label not 0/1", "empty line",
@@ -366,12 +369,36 @@ def _check_labels(table, row_idx: np.ndarray, rejects, text_lines, text):
 # transform and split
 
 
-def split_is_test(row_index: np.ndarray, seed: int, test_fraction: float) -> np.ndarray:
-    """Boolean mask: which 0-based global line indices go to the test split."""
-    salt = np.uint64(_mix64_int(int(seed) + _SPLIT_SALT_BASE))
-    threshold = min(int(float(test_fraction) * 2.0 ** 64), 2 ** 64 - 1)
-    h = _mix64_np(np.asarray(row_index, dtype=np.uint64) ^ salt)
-    return h < np.uint64(threshold)
+class StratifiedSplit:
+    """Which rows go to the test split: exactly ``test_fraction`` of the clicks and of the non-clicks.
+
+    Rows of each label are counted in input order; the ``k``-th row of a label goes to the test split
+    when ``floor((k + 1) f + o) > floor(k f + o)``, with a per-label offset ``o`` in [0, 1) drawn from
+    the seed. So each label's test share is ``f`` to within one row, in every prefix of the input, and
+    the test split's click rate equals the data's. Why not an independent coin per row: on a small
+    input the test click rate then wanders by sqrt(p(1-p)/n) -- 0.9 percentage points on the 2,300
+    test rows of the committed sample, which drew 23.6% against 25.2% in training, more than the
+    calibration error being measured. Deterministic for a seed and the input order; feed blocks in
+    order.
+    """
+
+    def __init__(self, seed: int, test_fraction: float):
+        self.fraction = float(test_fraction)
+        self.offsets = [(_mix64_int(int(seed) * 2 + label + _SPLIT_SALT_BASE) >> 11) / float(1 << 53)
+                        for label in (0, 1)]
+        self.seen = [0, 0]
+
+    def is_test(self, labels: np.ndarray) -> np.ndarray:
+        """Boolean mask over the next rows, given their labels (0/1) in input order."""
+        labels = np.asarray(labels)
+        mask = np.zeros(labels.shape[0], dtype=bool)
+        for label in (0, 1):
+            rows = np.flatnonzero(labels == label)
+            k = self.seen[label] + np.arange(rows.size, dtype=np.float64)
+            o = self.offsets[label]
+            mask[rows] = np.floor((k + 1) * self.fraction + o) > np.floor(k * self.fraction + o)
+            self.seen[label] += rows.size
+        return mask
 
 
 def _transform(table, hash_buckets: int) -> Tuple[Any, np.ndarray]:
@@ -490,6 +517,9 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
     train = _ShardSet(train_dir, config.shards, config.compression)
     test = _ShardSet(test_dir, config.test_shards, config.compression)
     acc = _Accumulator(config)
+    splitter = StratifiedSplit(config.seed, config.test_fraction)   # blocks reach it in input order
+    plain = not any(f.endswith(".gz") for f in files)   # gzip: the text size is known only at the end
+    progress = Progress(logger, "prep", total_bytes=sum(os.path.getsize(f) for f in files) if plain else None)
     ok = False
     try:
         # Three stages overlap: a thread reads (and gunzips) the next block, this thread parses
@@ -506,6 +536,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
                         break
                     next_block = pool.submit(next, blocks, None)
                     first_line, text, n_lines = item
+                    progress.update(rows=n_lines, nbytes=len(text))
                     table, row_idx, rejects = _parse_block(text, n_lines)
                     del text
                     file_lines += n_lines
@@ -514,8 +545,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
                         pending.result()
                         pending = None
                     if table is not None and table.num_rows:
-                        pending = pool.submit(_transform_and_write, table,
-                                              acc.rows_in_before + row_idx, config, acc,
+                        pending = pool.submit(_transform_and_write, table, splitter, config, acc,
                                               train, test)
                     acc.rows_in_before += n_lines
                 acc.inputs.append({"path": path, "lines": file_lines,
@@ -528,6 +558,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
             raise BadInput("input", files, "no lines found: the input files are empty")
         acc.check_bad_fraction()
         stats = acc.stats(train, test, time.monotonic() - started)
+        progress.done()
         write_split_schema(train_dir, config.hash_buckets, acc.rows_train, train.files())
         write_split_schema(test_dir, config.hash_buckets, acc.rows_test, test.files())
         if stats_path:
@@ -544,13 +575,13 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
             test.remove()
 
 
-def _transform_and_write(table, row_index: np.ndarray, config: PrepConfig, acc: "_Accumulator",
+def _transform_and_write(table, splitter: StratifiedSplit, config: PrepConfig, acc: "_Accumulator",
                          train: _ShardSet, test: _ShardSet) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     out, missing = _transform(table, config.hash_buckets)
-    mask = pa.array(split_is_test(row_index, config.seed, config.test_fraction))
+    mask = pa.array(splitter.is_test(out.column(LABEL).to_numpy()))
     test_part = out.filter(mask)
     train_part = out.filter(pc.invert(mask))
     acc.add_good(missing, train_part, test_part)

@@ -8,6 +8,7 @@ the same ``workdir`` resumes from the last complete epoch.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from ctr_model.config import TrainConfig
 
 __all__ = ["TrainResult", "train_local", "DEFAULT_STALL_TIMEOUT_S"]
+
+logger = logging.getLogger(__name__)
 
 #: A trainer printing nothing for this long is considered hung (a dead pserver hangs trainers).
 DEFAULT_STALL_TIMEOUT_S = 300.0
@@ -63,7 +66,7 @@ def train_local(data_dir: str, model_dir: str,
                 config: Union["TrainConfig", Mapping[str, Any], None] = None,
                 *, pservers: int = 2, trainers: int = 2, max_retry: int = 2,
                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, workdir: Optional[str] = None,
-                log: Callable[[str], None] = print, job_id: str = "ctr-local") -> TrainResult:
+                log: Optional[Callable[[str], None]] = None, job_id: str = "ctr-local") -> TrainResult:
     """Train the CTR DNN with ``pservers`` x ``trainers`` local processes and export it.
 
     Args:
@@ -77,7 +80,7 @@ def train_local(data_dir: str, model_dir: str,
         workdir: keeps logs and the shared output (checkpoints) there, so a later call with the same
             workdir resumes. By default a temp dir, whose checkpoints and model copy are deleted
             after success (logs and ``metrics.json`` stay).
-        log: progress sink.
+        log: progress sink (default: this module's logger).
         job_id: gang name used in logs and errors.
 
     Returns:
@@ -91,6 +94,7 @@ def train_local(data_dir: str, model_dir: str,
     from ctr_model.train import check_test_split
     from ctr_volcano.local_gang import GangSpec, LocalGang
 
+    log = log or logger.info
     cfg = _config_dict(config)
     data_dir = os.path.abspath(os.fspath(data_dir))
     try:

@@ -47,6 +47,7 @@ FAKE_ROLE = textwrap.dedent("""
         time.sleep(600)
     for i in range(3):
         print("step", i, flush=True)
+        print("2026-11-30T00:00:00 INFO    ctr_model.train:", spec.name, "epoch 1/1:", i, "examples", flush=True)
         time.sleep(0.3)
 """)
 
@@ -89,6 +90,15 @@ def test_success_sees_volcano_contract_and_stops_pservers(job_id, tiny_data, tmp
     assert len(set(ps_list)) == 2
     host_file = tmp_path / "work" / "attempt-1" / "volcano" / "trainer.host"
     assert host_file.read_text() == "127.0.0.1\n127.0.0.1\n"
+
+
+def test_trainer_progress_lines_reach_the_supervisors_log(job_id, tiny_data, tmp_path):
+    logs = []
+    LocalGang(make_spec(job_id, tiny_data, tmp_path), log=logs.append).run()
+    for trainer in ("trainer-0", "trainer-1"):
+        forwarded = [m for m in logs if f": {trainer} epoch 1/1:" in m]
+        assert len(forwarded) == 3, logs      # every progress line once, none of the other output
+    assert not any("step" in m for m in logs)
 
 
 def test_failing_trainer_restarts_gang_then_fails_with_role_code_and_tail(job_id, tiny_data, tmp_path):

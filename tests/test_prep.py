@@ -14,7 +14,7 @@ import pytest
 from ctr_model import features as F
 from ctr_volcano.cli import main
 from ctr_volcano.errors import BadInput
-from ctr_volcano.prep import PrepConfig, prep, resolve_inputs, split_is_test
+from ctr_volcano.prep import PrepConfig, StratifiedSplit, prep, resolve_inputs
 
 # Lines in the exact Kaggle Display Advertising format: negative integers, empty integer and
 # categorical fields, and empty trailing fields (the line ends in tabs).
@@ -113,7 +113,7 @@ def test_rows_match_the_reference_line_transform(sample_dir, tmp_path):
     raw.write_text("\n".join(lines) + "\n")
     stats = prep([str(raw)], str(tmp_path / "out"), PrepConfig(hash_buckets=5003, seed=9))
     assert stats["rows_rejected"] == 0
-    is_test = split_is_test(np.arange(len(lines)), 9, 0.1)
+    is_test = StratifiedSplit(9, 0.1).is_test(np.array([F.transform_line(line, 5003)[0] for line in lines]))
     for split, mask in (("train", ~is_test), ("test", is_test)):
         table = _read_split(tmp_path / "out" / split)
         expected = [F.transform_line(line, 5003) for line, m in zip(lines, mask) if m]

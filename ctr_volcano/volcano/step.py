@@ -7,6 +7,7 @@ component's parameters as one frozen, validated object; KFP's ``""``/``-1`` sent
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -14,6 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from ctr_volcano.errors import BadInput
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "train_config_of",
            "run_owner_references"]
@@ -198,7 +201,7 @@ def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str]
         client: a :class:`~ctr_volcano.volcano.client.KubeClient`.
         namespace: the Job's namespace (owner and dependent must share it).
         pod_name: this step's pod; default ``$KFP_POD_NAME``, else ``$HOSTNAME`` inside a pod.
-        log: progress sink.
+        log: progress sink (default: this module's logger).
     """
     from ctr_volcano.errors import CtrVolcanoError
 
@@ -225,7 +228,7 @@ def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str]
 
 def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
                       on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
-                      log: Callable[[str], None] = print, client: Any = None) -> Any:
+                      log: Optional[Callable[[str], None]] = None, client: Any = None) -> Any:
     """Train with ``params.backend`` and leave the exported model in ``model_dir``.
 
     Args:
@@ -233,13 +236,14 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
         model_dir: where the exported model must end up (the KFP Model output path).
         params: the step's parameters.
         on_identity: called once with the gang's identity (written to the ``job_info`` output).
-        log: progress sink.
+        log: progress sink (default: this module's logger).
         client: Volcano only: a ready :class:`~ctr_volcano.volcano.client.KubeClient` (tests, the
             cluster harness); default: built from ``params.kubeconfig``/in-cluster config.
 
     Returns:
         A ``ctr_volcano.training.TrainResult`` (``model_dir``, ``metrics``, ``output_dir``, ``attempts``).
     """
+    log = log or logger.info
     if params.backend == "local":
         from ctr_volcano.training import train_local
 
