@@ -274,7 +274,7 @@ class TrainJobSpec:
         if self.ttl_seconds_after_finished is not None and (
                 not isinstance(self.ttl_seconds_after_finished, int) or self.ttl_seconds_after_finished < 0):
             raise BadInput("ttl_seconds_after_finished", self.ttl_seconds_after_finished,
-                           "use seconds >= 0, or None to keep finished jobs")
+                           "use seconds >= 0; to keep finished Jobs pass -1 (command line, pipeline) or None (Python)")
         if self.pserver_resources.gpu:
             raise BadInput("pserver_resources.gpu", self.pserver_resources.gpu,
                            "pservers only serve tables and never use a GPU: set GPUs on the trainers")
