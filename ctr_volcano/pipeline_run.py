@@ -30,8 +30,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted
 
 __all__ = [
-    "LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes", "default_sample_dir", "pipeline_parameters", "parse_params",
-    "run_local", "compile_all", "compiled_files", "submit",
+    "LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes",
+    "default_sample_dir", "pipeline_parameters", "parse_params", "run_local", "compile_all", "compiled_files", "submit",
 ]
 
 #: What ``ctr-volcano run`` changes from the pipeline's (cluster-oriented) defaults: train with local
@@ -223,6 +223,7 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     os.environ["TMPDIR"] = scratch
     os.environ[RUN_MARKER_ENV] = run_id   # inherited by the kfp executors and the training gang
     started = time.monotonic()
+    caught: Dict[str, int] = {}
     try:
         with warnings.catch_warnings(), _stop_run_on_signal(run_id) as caught:
             # Running the component image's steps in this environment is the point of `run`.
