@@ -67,7 +67,7 @@ def evaluate_ctr(
         json.dump(scalars, f, indent=2, sort_keys=True)
     with open(classification.path, "w") as f:
         json.dump({"roc": roc, "confusion_matrix": cm, "calibration": result["calibration"]}, f, indent=2)
-    logging.getLogger("evaluate_ctr").info("AUC %.6f, log loss %.6f on %d rows", result["auc"],
+    logging.getLogger("components.evaluate_ctr").info("AUC %.6f, log loss %.6f on %d rows", result["auc"],
                                            result["logloss"], result["rows"])
     return float(result["auc"])
 
@@ -92,7 +92,7 @@ def check_auc_gate(auc: float, min_auc: float = 0.7) -> bool:
     if not 0.0 <= min_auc <= 1.0:
         raise ValueError(f"min_auc={min_auc!r}: use an AUC threshold in [0, 1], e.g. 0.7")
     passed = auc >= min_auc
-    logging.getLogger("check_auc_gate").info(
+    logging.getLogger("components.check_auc_gate").info(
         f"AUC {auc:.6f} {'>=' if passed else '<'} min_auc {min_auc:.6f}: "
         f"{'PASSED' if passed else 'BLOCKED (the model is not published)'}")
     return passed
@@ -121,4 +121,4 @@ def publish_model(model: Input[Model], auc: float, min_auc: float, published_mod
     else:
         shutil.copyfile(model.path, published_model.path)
     published_model.metadata.update({"approved": True, "auc": float(auc), "min_auc": float(min_auc)})
-    logging.getLogger("publish_model").info(f"published {published_model.uri} (AUC {auc:.6f} >= {min_auc:.6f})")
+    logging.getLogger("components.publish_model").info(f"published {published_model.uri} (AUC {auc:.6f} >= {min_auc:.6f})")

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Optional
 
-__all__ = ["LOG_FORMAT", "DATE_FORMAT", "setup_logging", "Progress", "human_seconds"]
+__all__ = ["LOG_FORMAT", "DATE_FORMAT", "PRODUCT_LOGGERS", "setup_logging", "Progress", "human_seconds"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -33,14 +33,29 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+#: The product's logger namespaces; their level is set here because Paddle's import resets the root
+#: logger's level to WARNING inside the training pods.
+PRODUCT_LOGGERS = ("ctr_model", "ctr_volcano", "components")
+
+
 def setup_logging(level: int = logging.INFO) -> None:
-    """Send log records of ``level`` and above to stderr in :data:`LOG_FORMAT` (idempotent)."""
+    """Send log records of ``level`` and above to stderr in :data:`LOG_FORMAT` (idempotent).
+
+    Where a plain stream handler is installed already (``kfp``'s executor calls ``basicConfig``), it
+    gets this format instead of a second handler, so no line is written twice.
+    """
     root = logging.getLogger()
-    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+    formatter = logging.Formatter(LOG_FORMAT, DATE_FORMAT)
+    plain = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    for handler in plain:
+        handler.setFormatter(formatter)
+    if not plain and not any(isinstance(h, _StderrHandler) for h in root.handlers):
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
+        handler.setFormatter(formatter)
         root.addHandler(handler)
     root.setLevel(level)
+    for name in PRODUCT_LOGGERS:
+        logging.getLogger(name).setLevel(level)
 
 
 def human_seconds(seconds: float) -> str:
