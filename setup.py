@@ -22,6 +22,8 @@ TEST_REQUIRES = [
     "nbformat==5.11.1",
     "nbclient==0.11.0",
     "ipykernel==7.4.0",
+    "ruff==0.17.6",
+    "mypy==2.4.1",
 ]
 
 # The peers and plotting of bench/ (prep.py, scale.py); the test extra includes them because the

@@ -37,8 +37,7 @@ import os
 import shutil
 from typing import Any, Dict, List, Optional, Sequence
 
-from ctr_model.features import (DENSE_COLUMNS, LABEL, NUM_SPARSE, RAW_COLUMNS, SPARSE_COLUMNS,
-                                arrow_schema, column_salt)
+from ctr_model.features import DENSE_COLUMNS, LABEL, NUM_SPARSE, RAW_COLUMNS, SPARSE_COLUMNS, arrow_schema, column_salt
 
 __all__ = ["polars_prep", "duckdb_prep", "compare_outputs", "split_files", "SPLITS", "main"]
 

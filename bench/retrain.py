@@ -41,11 +41,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
 
+    import datetime as dt
+
     from ctr_volcano.daily_data import day_dir, generate_days
     from ctr_volcano.prep import PrepConfig, prep
     from ctr_volcano.training import train_local
-
-    import datetime as dt
 
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)

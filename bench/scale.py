@@ -57,8 +57,8 @@ COLUMNS = [
 
 def measure(rows: int, buckets: int, epochs: int, workdir: str) -> Dict[str, Any]:
     """All figures of one point (see the module docstring)."""
-    from ctr_model.infer import evaluate_files, load_model
     from ctr_model.data import resolve_split
+    from ctr_model.infer import evaluate_files, load_model
 
     raw = make_raw(workdir, rows)
     point_dir = os.path.join(workdir, f"point-{rows}-{buckets}")

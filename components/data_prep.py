@@ -50,7 +50,10 @@ def prepare_ctr_data(
     import json
     import os
 
+    from ctr_model.logs import setup_logging
     from ctr_volcano.prep import PrepConfig, prep_splits
+
+    setup_logging()
 
     config = PrepConfig(hash_buckets=int(hash_buckets), test_fraction=float(test_fraction),
                         shards=int(shards), max_bad_fraction=float(max_bad_fraction),

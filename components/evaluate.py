@@ -43,10 +43,14 @@ def evaluate_ctr(
         The exact test AUC, as this step's single parameter output (feed it to `check_auc_gate`).
     """
     import json
+    import logging
     import shutil
     import tempfile
 
+    from ctr_model.logs import setup_logging
     from ctr_volcano.evaluate import evaluate
+
+    setup_logging()
 
     with tempfile.TemporaryDirectory(prefix="ctr-eval-") as tmp:
         result = evaluate(model.path, test_data.path, tmp, threshold=threshold, batch_size=batch_size)
@@ -63,7 +67,8 @@ def evaluate_ctr(
         json.dump(scalars, f, indent=2, sort_keys=True)
     with open(classification.path, "w") as f:
         json.dump({"roc": roc, "confusion_matrix": cm, "calibration": result["calibration"]}, f, indent=2)
-    print(f"evaluate_ctr: AUC {result['auc']:.6f}, log loss {result['logloss']:.6f} on {result['rows']} rows")
+    logging.getLogger("components.evaluate_ctr").info("AUC %.6f, log loss %.6f on %d rows", result["auc"],
+                                           result["logloss"], result["rows"])
     return float(result["auc"])
 
 
@@ -79,11 +84,17 @@ def check_auc_gate(auc: float, min_auc: float = 0.7) -> bool:
         True when `auc >= min_auc`. This is the task's only output, so `dsl.If(gate.output == True)`
         works on a cluster and under kfp.local alike.
     """
+    import logging
+
+    from ctr_model.logs import setup_logging
+
+    setup_logging()
     if not 0.0 <= min_auc <= 1.0:
         raise ValueError(f"min_auc={min_auc!r}: use an AUC threshold in [0, 1], e.g. 0.7")
     passed = auc >= min_auc
-    print(f"check_auc_gate: AUC {auc:.6f} {'>=' if passed else '<'} min_auc {min_auc:.6f}: "
-          f"{'PASSED' if passed else 'BLOCKED (the model is not published)'}")
+    logging.getLogger("components.check_auc_gate").info(
+        f"AUC {auc:.6f} {'>=' if passed else '<'} min_auc {min_auc:.6f}: "
+        f"{'PASSED' if passed else 'BLOCKED (the model is not published)'}")
     return passed
 
 
@@ -98,12 +109,16 @@ def publish_model(model: Input[Model], auc: float, min_auc: float, published_mod
         published_model: the approved copy; its metadata says `approved: true` with the AUC, so model
             registries and downstream serving steps can select it.
     """
+    import logging
     import os
     import shutil
 
+    from ctr_model.logs import setup_logging
+
+    setup_logging()
     if os.path.isdir(model.path):
         shutil.copytree(model.path, published_model.path)
     else:
         shutil.copyfile(model.path, published_model.path)
     published_model.metadata.update({"approved": True, "auc": float(auc), "min_auc": float(min_auc)})
-    print(f"publish_model: published {published_model.uri} (AUC {auc:.6f} >= {min_auc:.6f})")
+    logging.getLogger("components.publish_model").info(f"published {published_model.uri} (AUC {auc:.6f} >= {min_auc:.6f})")

@@ -119,7 +119,10 @@ def train_ctr(
     import json
     import os
 
+    from ctr_model.logs import setup_logging
     from ctr_volcano.volcano.step import StepParams, run_training_step
+
+    setup_logging()
 
     params = StepParams.from_component(
         backend=backend, pservers=pservers, trainers=trainers, epochs=epochs,

@@ -28,7 +28,7 @@ __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
     "ENV_ROLE", "ENV_PS_PORT", "ENV_PS_PORT_STRIDE", "ENV_GLOO_PORT", "ENV_DATA_DIR",
     "ENV_OUTPUT_DIR", "ENV_TRAIN_CONFIG", "ENV_JOB_ID", "ENV_VOLCANO_DIR", "ENV_PSERVERS",
-    "ENV_TRAINERS", "ENV_INIT_MODEL",
+    "ENV_TRAINERS", "ENV_INIT_MODEL", "EXIT_BAD_INPUT",
     "GangContract", "role_env", "volcano_plugin_env", "host_file_contents",
     "ContractError", "RoleSpec", "parse_role_env", "paddle_env",
 ]
@@ -36,6 +36,10 @@ __all__ = [
 PSERVER = "pserver"
 TRAINER = "trainer"
 ROLES = (PSERVER, TRAINER)
+
+#: A role's exit code for a deterministic input error (contract, config, data): restarting the gang
+#: cannot help, so supervisors fail at once instead of retrying.
+EXIT_BAD_INPUT = 2
 
 #: Where Volcano's svc plugin mounts the host files.
 DEFAULT_VOLCANO_DIR = "/etc/volcano"

@@ -11,10 +11,17 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Literal, Optional, Sequence, overload
 
-from ctr_model.features import (DENSE_COLUMNS, LABEL, NUM_DENSE, RAW_COLUMNS, SCHEMA_FILE,
-                                SPARSE_COLUMNS, check_split_schema)
+from ctr_model.features import (
+    DENSE_COLUMNS,
+    LABEL,
+    NUM_DENSE,
+    RAW_COLUMNS,
+    SCHEMA_FILE,
+    SPARSE_COLUMNS,
+    check_split_schema,
+)
 
 __all__ = ["DataError", "SplitInfo", "resolve_split", "shard_files", "assign_shards",
            "parquet_to_slots", "convert_shards"]
@@ -44,6 +51,12 @@ def _check_schema(split_dir: str) -> dict:
 def shard_files(split_dir: str) -> List[str]:
     """The split's Parquet shards, sorted."""
     return sorted(glob.glob(os.path.join(split_dir, "part-*.parquet")))
+
+
+@overload
+def resolve_split(data_dir: str, split: Literal["train"] = "train") -> SplitInfo: ...
+@overload
+def resolve_split(data_dir: str, split: str) -> Optional[SplitInfo]: ...
 
 
 def resolve_split(data_dir: str, split: str = "train") -> Optional[SplitInfo]:

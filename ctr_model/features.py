@@ -293,6 +293,10 @@ def hash_categorical(values: Any, column: Union[int, str],
     return out
 
 
+#: Values longer than this are hashed one at a time instead of in the vectorised position loop.
+_VECTOR_HASH_MAX_LEN = 256
+
+
 def _keys_general(offsets: np.ndarray, lengths: np.ndarray, data: np.ndarray,
                   nonempty: np.ndarray) -> np.ndarray:
     """Keys of the non-empty values, in order, for columns with values of any length."""
@@ -303,7 +307,12 @@ def _keys_general(offsets: np.ndarray, lengths: np.ndarray, data: np.ndarray,
     if is8.any():
         raw = data[starts[is8, None] + np.arange(8)]
         keys[is8] = np.ascontiguousarray(raw).view("<u8").ravel()
-    other = np.flatnonzero(~is8)
+    # Rare long values (any bytes are allowed) are hashed one by one: the position loop below would
+    # run once per byte of the longest value.
+    long_values = np.flatnonzero(~is8 & (lens > _VECTOR_HASH_MAX_LEN))
+    for k in long_values:
+        keys[k] = _key_int(data[starts[k]:starts[k] + lens[k]].tobytes())
+    other = np.flatnonzero(~is8 & (lens <= _VECTOR_HASH_MAX_LEN))
     if other.size:  # FNV-1a over the bytes, one byte position at a time
         o_start, o_len = starts[other], lens[other]
         h = np.full(other.size, _FNV_OFFSET, dtype=np.uint64)

@@ -14,9 +14,13 @@ import glob
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Sequence, Tuple
 
-from ctr_model.metrics import auc, logloss  # noqa: F401  (re-exported: part of this API)
+from ctr_model.features import SCHEMA_VERSION
+from ctr_model.metrics import auc, logloss  # re-exported: part of this API
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["ModelError", "Scorer", "load_model", "read_sparse_table", "write_sparse_npz",
            "evaluate_files", "auc", "logloss", "MODEL_META", "DENSE_FILE", "SPARSE_FILE"]
@@ -99,9 +103,9 @@ class Scorer:
         layers: ``[(W, b), ...]`` of the FC stack followed by the 2-way output layer.
     """
 
-    meta: dict
-    keys: object
-    rows: object
+    meta: Dict[str, Any]
+    keys: "np.ndarray"
+    rows: "np.ndarray"
     layers: list
 
     @property
@@ -122,7 +126,7 @@ class Scorer:
         ids = np.stack([np.asarray(cols[c]).astype(np.uint64) for c in SPARSE_COLUMNS], axis=1)
         return dense, ids
 
-    def predict(self, table) -> "np.ndarray":  # noqa: F821
+    def predict(self, table) -> "np.ndarray":
         """Click probabilities (float64) for a pyarrow Table, pandas DataFrame or dict of columns."""
         import numpy as np
 
@@ -144,7 +148,7 @@ class Scorer:
         return 1.0 / (1.0 + np.exp(-(logits[:, 1] - logits[:, 0])))
 
     def predict_files(self, paths: Sequence[str], batch_size: int = 65536
-                      ) -> Iterator[Tuple[Optional["np.ndarray"], "np.ndarray"]]:  # noqa: F821
+                      ) -> Iterator[Tuple[Optional["np.ndarray"], "np.ndarray"]]:
         """Stream Parquet files; yields ``(labels or None, probabilities)`` per batch."""
         import numpy as np
         import pyarrow.parquet as pq
@@ -172,6 +176,20 @@ def _columns(table) -> Dict[str, object]:
                      f"DataFrame or a dict of columns")
 
 
+def _load_npz(path: str, names: Sequence[str]) -> Dict[str, "np.ndarray"]:
+    """The named arrays of an ``.npz`` file, read whole; a damaged file is a :class:`ModelError` naming it."""
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with np.load(path) as data:
+            return {name: data[name] for name in names}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise ModelError(f"{path} is unreadable ({type(exc).__name__}: {exc}): the model directory is "
+                         f"damaged; copy it again or re-run training") from None
+
+
 def load_model(model_dir: str) -> Scorer:
     """Rebuild an exported model in this process.
 
@@ -187,18 +205,20 @@ def load_model(model_dir: str) -> Scorer:
     except FileNotFoundError:
         raise ModelError(f"{meta_path} not found: pass the model/ directory written by "
                          f"ctr-volcano train") from None
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise ModelError(f"{meta_path}: schema_version {meta.get('schema_version')!r}, but this version "
+                         f"of ctr-volcano reads {SCHEMA_VERSION}: retrain the model with this version")
     dim = int(meta["config"]["embedding_dim"])
     fc_sizes = list(meta["config"]["fc_sizes"])
-    try:
-        dense = np.load(os.path.join(model_dir, DENSE_FILE))
-    except FileNotFoundError:
-        raise ModelError(f"{model_dir}/{DENSE_FILE} missing: the export did not finish; re-run "
-                         f"training") from None
+    dense_path = os.path.join(model_dir, DENSE_FILE)
+    if not os.path.exists(dense_path):
+        raise ModelError(f"{dense_path} missing: the export did not finish; re-run training")
     names = [(f"fc{i}.w", f"fc{i}.b") for i in range(len(fc_sizes))] + [("out.w", "out.b")]
+    dense = _load_npz(dense_path, [n for pair in names for n in pair])
     layers = [(dense[w].astype(np.float64), dense[b].astype(np.float64)) for w, b in names]
     sparse_path = os.path.join(model_dir, SPARSE_FILE)
     if os.path.exists(sparse_path):
-        data = np.load(sparse_path)
+        data = _load_npz(sparse_path, ["keys", "rows"])
         keys, rows = data["keys"], data["rows"]
     else:
         keys, rows = read_sparse_table(model_dir, dim)

@@ -11,8 +11,7 @@ import json
 import os
 from typing import Dict
 
-from ctr_model.features import (DENSE_COLUMNS, LABEL, RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION,
-                                SPARSE_COLUMNS)
+from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION, SPARSE_COLUMNS
 
 __all__ = ["write_planted_prep"]
 

@@ -19,22 +19,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import sys
 import threading
 import time
 import uuid
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from ctr_model import checkpoint as ckpt
 from ctr_model.config import ConfigError, TrainConfig
-from ctr_model.contract import PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
-from ctr_model.data import DataError, assign_shards, convert_shards, resolve_split
-from ctr_model.warm_start import (WarmStart, WarmStartError, check_compatible, export_checkpoint,
-                                  read_init_model)
+from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
+from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, resolve_split
+from ctr_model.logs import human_seconds, setup_logging
+from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
-__all__ = ["main", "auc_from_stats", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
+__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
 
 GANG_DIR = "_gang"          # per-run coordination files inside the output dir
 MODEL_DIR = "model"
@@ -43,8 +44,11 @@ MODEL_META = "model_meta.json"
 DENSE_FILE = "dense.npz"
 
 
+log = logging.getLogger("ctr_model.train")
+
+
 def _log(spec: RoleSpec, msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {spec.name}: {msg}", flush=True)
+    log.info("%s: %s", spec.name, msg)
 
 
 def auc_from_stats(stat_pos, stat_neg) -> float:
@@ -133,15 +137,15 @@ def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
     host, port = spec.ps_endpoints()[spec.index].rsplit(":", 1)
     address = resolve_own_host(host)
     if address is None:
-        print(f"{spec.name}: host name {host!r} (from VC_PSERVER_HOSTS) did not resolve within "
-              f"{DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
-              f"publishes not-ready addresses", file=sys.stderr, flush=True)
-        return 2
+        log.error(f"{spec.name}: error: host name {host!r} (from VC_PSERVER_HOSTS) did not resolve within "
+                  f"{DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
+                  f"publishes not-ready addresses")
+        return EXIT_BAD_INPUT
     free = _port_is_free(address, int(port))
     if not free:
-        print(f"{spec.name}: port {port} on {host} is already in use (CTR_PS_PORT): stop the process "
-              f"holding it or choose another port", file=sys.stderr, flush=True)
-        return 2
+        log.error(f"{spec.name}: error: port {port} on {host} is already in use (CTR_PS_PORT): stop the "
+                  f"process holding it or choose another port")
+        return EXIT_BAD_INPUT
     nonce = uuid.uuid4().hex
     gang_dir = os.path.join(spec.output_dir, GANG_DIR)
     os.makedirs(gang_dir, exist_ok=True)
@@ -157,9 +161,8 @@ def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
     except OSError:
         stopped = False
     if not stopped:
-        print(f"{spec.name}: the parameter server returned without being stopped by trainer 0 "
-              f"(look for 'Fail to listen' above: port taken or host name not resolvable)",
-              file=sys.stderr, flush=True)
+        log.error(f"{spec.name}: the parameter server returned without being stopped by trainer 0 "
+                  f"(look for 'Fail to listen' above: port taken or host name not resolvable)")
         return 3
     _log(spec, "stopped by trainer 0")
     return 0
@@ -178,6 +181,8 @@ class _Progress(threading.Thread):
         self.stop_event = threading.Event()
         self.epoch = 0
         self.t0 = time.time()
+        self.rows_per_epoch = 0     # this trainer's rows: with last_epoch, drives the ETA
+        self.last_epoch = 0
 
     def read(self):
         import numpy as np
@@ -199,8 +204,12 @@ class _Progress(threading.Thread):
                 continue
             last = n
             dt = max(time.time() - self.t0, 1e-9)
-            _log(self.spec, f"epoch {self.epoch}: {int(n)} examples, {n / dt:.0f} ex/s, "
-                            f"loss {loss / n:.4f}, auc {auc_from_stats(pos, neg):.4f}")
+            eta = ""
+            if self.rows_per_epoch:
+                left = (self.last_epoch - self.epoch) * self.rows_per_epoch + max(self.rows_per_epoch - n, 0)
+                eta = f", ETA {human_seconds(left / (n / dt))}"
+            _log(self.spec, f"epoch {self.epoch}/{self.last_epoch}: {int(n)} of {self.rows_per_epoch} examples, "
+                            f"{n / dt:.0f} ex/s, loss {loss / n:.4f}, auc {auc_from_stats(pos, neg):.4f}{eta}")
 
 
 def _reset_stats(scope, names: List[str]) -> None:
@@ -223,6 +232,19 @@ def _pull_dense(fleet) -> None:
     rt._pull_all_dense(rt.scopes, send_ctx, dense_map)
 
 
+def check_test_split(data_dir: str, train: SplitInfo) -> Optional[SplitInfo]:
+    """The prep dir's ``test/`` split, validated against ``train`` (``None`` if there is none).
+
+    Raises:
+        DataError: the test split is unreadable, of another schema version, or hashed differently.
+    """
+    test = resolve_split(data_dir, "test")
+    if test is not None and test.hash_buckets != train.hash_buckets:
+        raise DataError(f"{test.path} was hashed into {test.hash_buckets} buckets but {train.path} into "
+                        f"{train.hash_buckets}: re-run `ctr-volcano prep` to write both splits")
+    return test
+
+
 def _cache_dir(spec: RoleSpec) -> str:
     base = os.environ.get("CTR_CACHE_DIR") or os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"ctr-slots-{os.getuid()}")
@@ -242,6 +264,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = Tr
     if len(split.files) < spec.trainers:
         raise DataError(f"{split.path} has {len(split.files)} shards for {spec.trainers} trainers: "
                         f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+    check_test_split(spec.data_dir, split)   # trainer 0 scores it after training: fail before
     init = None
     if spec.init_model:   # refuse a mismatched init model before any long work
         from ctr_model.features import SCHEMA_VERSION
@@ -324,6 +347,7 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
     names = {"pos": net.auc_states[2].name, "neg": net.auc_states[3].name, "loss": "ctr_loss_sum"}
     stat_names = [v.name for v in net.auc_states] + ["ctr_loss_sum"]
     progress = _Progress(spec, scope, names, config.progress_secs)
+    progress.rows_per_epoch, progress.last_epoch = rows, config.epochs
     progress.start()
     progress_file = os.path.join(spec.output_dir, GANG_DIR, f"{spec.name}.json")
     history = _load_history(progress_file, start_epoch)
@@ -375,7 +399,13 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
         if last is not None:
             export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
         _log(spec, f"exported {model_dir} ({keys} sparse keys)")
-        _write_json(os.path.join(model_dir, MODEL_META), _model_meta(spec, config))
+        meta = _model_meta(spec, config)
+        _write_json(os.path.join(model_dir, MODEL_META), meta)
+        from ctr_model.calibrate import calibrate_export
+
+        meta["calibration"] = calibrate_export(model_dir, resolve_split(spec.data_dir, "train").files)
+        _write_json(os.path.join(model_dir, MODEL_META), meta)
+        _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
     fleet.barrier_worker()
     if first:
         _write_metrics(spec, config, start_epoch)
@@ -466,7 +496,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> Non
             "convert_seconds": max(r.get("convert_seconds", 0.0) for r in recs),
             "convert_wait_seconds": max(r.get("convert_wait_seconds", 0.0) for r in recs),
         })
-    metrics = {"epochs": epochs, "pservers": spec.pservers, "trainers": spec.trainers,
+    metrics: Dict[str, Any] = {"epochs": epochs, "pservers": spec.pservers, "trainers": spec.trainers,
                "resumed_from_epoch": start_epoch, "config": config.to_dict(),
                "init_model": spec.init_model or None,
                "per_trainer": {str(k): v for k, v in per_trainer.items()}}
@@ -485,6 +515,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> Non
 # ------------------------------------------------------------------------------------------------
 
 def main(argv: Optional[List[str]] = None) -> int:
+    setup_logging()
     parser = argparse.ArgumentParser(prog="python -m ctr_model.train",
                                      description="CTR DNN parameter-server role (pserver or trainer).")
     parser.add_argument("--config", help="TrainConfig JSON file (default: $CTR_TRAIN_CONFIG)")
@@ -498,8 +529,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         config = TrainConfig.from_json(text)
         explicit_buckets = '"hash_buckets"' in text
     except (ContractError, ConfigError, OSError) as exc:
-        print(f"ctr_model.train: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        log.error(f"error: {exc}")
+        return EXIT_BAD_INPUT
     os.environ.update(paddle_env(spec))
     from ctr_model.net import fix_proto_shadowing
 
@@ -509,8 +540,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return run_pserver(spec, config)
         return run_trainer(spec, config, explicit_buckets)
     except (ConfigError, DataError, WarmStartError) as exc:
-        print(f"ctr_model.train: {spec.name}: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        log.error(f"{spec.name}: error: {exc}")
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -46,8 +46,7 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         BadInput: bad dates, counts or parameters (before any run).
         LocalRunFailed: a day's run failed (the days before it stay registered).
     """
-    from ctr_volcano.pipeline_run import (LOCAL_OVERRIDES, _fresh_run_dir, pipeline_parameters,
-                                          run_in_kfp_local)
+    from ctr_volcano.pipeline_run import LOCAL_OVERRIDES, _fresh_run_dir, pipeline_parameters, run_in_kfp_local
     from ctr_volcano.registry import ModelRegistry
     from ctr_volcano.window import resolve_window
     from pipelines.ctr_retraining_pipeline import ctr_retraining_pipeline_local

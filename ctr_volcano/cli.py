@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import signal
 import sys
+import threading
 from typing import List, Optional
+
+from ctr_model.logs import setup_logging
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -45,21 +50,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Library field names whose command-line flag is spelled differently.
+_FLAG_OF_FIELD = {"learning_rate": "--lr", "gpu": "--gpus", "ttl_seconds_after_finished": "--ttl",
+                  "schedule_timeout_s": "--schedule-timeout", "stall_timeout_s": "--stall-timeout",
+                  "model_dir": "--model-out", "data_dir": "--data"}
+
+
+def _in_flag_terms(exc: Exception, args: argparse.Namespace) -> str:
+    """The error's text, naming the flag the user typed where a library field has one."""
+    from ctr_volcano.errors import BadInput
+
+    if not isinstance(exc, BadInput) or exc.field.startswith("-"):
+        return str(exc)
+    name = exc.field.rsplit(".", 1)[-1]
+    flag = _FLAG_OF_FIELD.get(name, "--" + name.replace("_", "-"))
+    if flag[2:].replace("-", "_") not in vars(args):
+        return str(exc)
+    return str(BadInput(flag, exc.value, exc.fix))
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    from ctr_volcano.errors import Interrupted
+
+    raise Interrupted(signum)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from ctr_volcano.errors import CtrVolcanoError
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    setup_logging(logging.DEBUG if args.debug else logging.INFO)
+    # SIGTERM (``kill PID``, a supervisor, a notebook kernel restart) unwinds like Ctrl-C, so every
+    # verb's cleanup runs; the exit code is 128 + signal either way.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
     try:
         return int(args.func(args) or 0)
     except CtrVolcanoError as exc:
         if args.debug:
             raise
-        print(f"ctr-volcano {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ctr-volcano {args.command}: error: {_in_flag_terms(exc, args)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"ctr-volcano {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        detail = str(exc)
+        print(f"ctr-volcano {args.command}: interrupted" + (f" ({detail})" if detail else ""),
+              file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,8 +22,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from ctr_volcano.datagen import (_FREQUENT, ORACLE_FILE, ORACLE_ROWS, PlantedModel, auc_score,
-                                 generate, planted_model)
+from ctr_volcano.datagen import _FREQUENT, ORACLE_FILE, ORACLE_ROWS, PlantedModel, auc_score, generate, planted_model
 from ctr_volcano.errors import BadInput
 
 __all__ = ["generate_days", "drifted_models", "day_dir", "DAY_DIR_FORMAT"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -35,12 +36,14 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ctr_model import metrics as _metrics
-from ctr_model.features import (DENSE_COLUMNS, NUM_DENSE, NUM_SPARSE, RAW_COLUMNS,
-                                SPARSE_COLUMNS, dense_transform)
+from ctr_model.features import DENSE_COLUMNS, NUM_DENSE, NUM_SPARSE, RAW_COLUMNS, SPARSE_COLUMNS, dense_transform
+from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 
 __all__ = ["generate", "PlantedModel", "planted_model", "auc_score", "logloss_score",
            "ORACLE_FILE", "GENERATOR_VERSION", "CHUNK_ROWS"]
+
+logger = logging.getLogger(__name__)
 
 ORACLE_FILE = "oracle.json"
 GENERATOR_VERSION = 1
@@ -238,6 +241,7 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
     suffix = ".tsv.gz" if gzip_level else ".tsv"
     paths = [os.path.join(out_dir, f"part-{f:05d}{suffix}") for f in range(files)]
     positives = 0
+    progress = Progress(logger, "gen-data", total_rows=int(rows))
     raws: List[Any] = []
     handles: List[Any] = []
     try:
@@ -253,10 +257,13 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
             for f in range(files):
                 lo, hi = max(bounds[f], start), min(bounds[f + 1], start + n)
                 if lo < hi:
-                    handles[f].write(_tsv_bytes(table.slice(lo - start, hi - lo)))
+                    text = _tsv_bytes(table.slice(lo - start, hi - lo))
+                    handles[f].write(text)
+                    progress.update(rows=hi - lo, nbytes=len(text))
     finally:
         for h in handles + raws:
             h.close()
+    progress.done()
     oracle = _measure_oracle(model, seed, oracle_rows)
     oracle.update({
         "rows": int(rows), "files": [os.path.basename(p) for p in paths],

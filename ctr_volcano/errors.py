@@ -11,9 +11,10 @@ Three families, so callers can decide what to do without parsing messages:
 """
 from __future__ import annotations
 
+import signal
 from typing import Any, Dict, Optional
 
-__all__ = ["CtrVolcanoError", "BadInput", "TransientError", "TrainingJobFailed"]
+__all__ = ["CtrVolcanoError", "BadInput", "TransientError", "TrainingJobFailed", "Interrupted"]
 
 
 class CtrVolcanoError(Exception):
@@ -66,3 +67,20 @@ class TrainingJobFailed(CtrVolcanoError):
         if log_tail:
             msg += "\n--- log tail ---\n" + log_tail.rstrip()
         super().__init__(msg)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the work after everything it started was reaped.
+
+    A ``KeyboardInterrupt`` so code that already handles Ctrl-C handles it; it carries the signal so
+    the CLI exits with the shell's convention, ``128 + signal`` (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(self, signum: int, what: str = ""):
+        self.signum = signum
+        name = signal.Signals(signum).name
+        super().__init__(f"{name}: {what}" if what else name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import math
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -25,13 +26,17 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ctr_model import metrics as _metrics
+from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
+from ctr_volcano.outputs import writable_dir
 
 __all__ = [
     "LOGLOSS_EPS", "DEFAULT_BATCH_SIZE", "ROC_MAX_POINTS",
     "auc", "logloss", "calibration", "roc_curve", "confusion_matrix", "compute_metrics",
     "render_report", "evaluate", "find_split_dir",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Probabilities are clipped to ``[eps, 1 - eps]`` before the log: float32 models emit exact 0/1.
 LOGLOSS_EPS = _metrics.LOGLOSS_EPS
@@ -331,14 +336,18 @@ def _expected_rows(split_dir: str) -> Optional[int]:
     return None if rows is None else int(rows)
 
 
-def _collect(batches: Iterable[Tuple[Any, Any]]) -> Tuple[np.ndarray, np.ndarray]:
+def _collect(batches: Iterable[Tuple[Any, Any]], total_rows: Optional[int] = None
+             ) -> Tuple[np.ndarray, np.ndarray]:
     ys: List[np.ndarray] = []
     ps: List[np.ndarray] = []
+    progress = Progress(logger, "evaluate", total_rows=total_rows)
     for labels, probs in batches:
         if labels is None:
             raise BadInput("data", "no label column", "evaluate on a labelled split (the prep step's test_data)")
         ys.append(np.asarray(labels, dtype=np.int8).reshape(-1))
         ps.append(np.asarray(probs, dtype=np.float64).reshape(-1))
+        progress.update(rows=ys[-1].size)
+    progress.done()
     if not ys:
         return np.zeros(0, np.int8), np.zeros(0, np.float64)
     return np.concatenate(ys), np.concatenate(ps)
@@ -383,6 +392,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
     if not 0.0 <= threshold <= 1.0:
         raise BadInput("threshold", threshold, "use a probability threshold in [0, 1], e.g. 0.5")
     split_dir = find_split_dir(data_dir)
+    out_dir = writable_dir("out", out_dir)
     if scorer is None:
         if not os.path.isdir(model_dir):
             raise BadInput("model", model_dir, "pass the exported model directory written by training")
@@ -400,14 +410,13 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
     except ValueError as exc:  # ctr_model.features.SchemaMismatch: version, columns or buckets differ
         raise BadInput("data", split_dir, str(exc)) from exc
     parts = _parquet_parts(split_dir)
-    labels, probs = _collect(scorer.predict_files(parts, batch_size=batch_size))
     expected = _expected_rows(split_dir)
+    labels, probs = _collect(scorer.predict_files(parts, batch_size=batch_size), expected)
     if expected is not None and expected != labels.size:
         raise BadInput("data", split_dir, f"scored {labels.size} rows but schema.json says {expected}: "
                                           "the split is incomplete or was modified; re-run the prep step")
     metrics = compute_metrics(labels, probs, threshold=threshold)
     metrics["context"] = _context(model_dir, split_dir, meta)
-    os.makedirs(out_dir, exist_ok=True)
     report_path = os.path.join(out_dir, "report.html")
     metrics.update({"model_dir": os.path.abspath(model_dir), "data_dir": os.path.abspath(split_dir),
                     "report": os.path.abspath(report_path)})

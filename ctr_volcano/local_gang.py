@@ -19,6 +19,7 @@ every few seconds while their examples count moves).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -29,9 +30,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from ctr_model.contract import (ENV_VOLCANO_DIR, PSERVER, TRAINER, GangContract, host_file_contents,
-                                role_env, volcano_plugin_env)
-from ctr_volcano.errors import TrainingJobFailed
+from ctr_model.contract import (
+    ENV_VOLCANO_DIR,
+    EXIT_BAD_INPUT,
+    PSERVER,
+    TRAINER,
+    GangContract,
+    host_file_contents,
+    role_env,
+    volcano_plugin_env,
+)
+from ctr_volcano.errors import Interrupted, TrainingJobFailed
 
 __all__ = ["GANG_MARKER_ENV", "GangSpec", "GangResult", "LocalGang", "find_free_ports",
            "gang_processes", "processes_with_env"]
@@ -41,6 +50,11 @@ __all__ = ["GANG_MARKER_ENV", "GangSpec", "GangResult", "LocalGang", "find_free_
 GANG_MARKER_ENV = "CTR_LOCAL_GANG_ID"
 
 _LOCALHOST = "127.0.0.1"
+#: How the pod entrypoint's log lines name their logger (``ctr_model.logs.LOG_FORMAT``): such lines
+#: of the trainers are forwarded to the supervisor's log, so the step log shows training progress.
+_ENTRYPOINT_LOGGER = " ctr_model.train: "
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,7 @@ class _Proc:
     log_path: str
     last_size: int = 0
     last_change: float = 0.0
+    forwarded: int = 0          # bytes of the log already forwarded to the supervisor's log
 
 
 class _Interrupted(BaseException):
@@ -189,6 +204,12 @@ def _tail(path: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _error_line(path: str) -> str:
+    """The last ``error:`` line of a role's log (the entrypoint prints exactly one before exit 2)."""
+    lines = [line for line in _tail(path, 200).splitlines() if "error:" in line]
+    return lines[-1].split("error:", 1)[1].strip() if lines else "see its log"
+
+
 _REAPER = """
 import os, signal, sys, time
 from ctr_volcano.local_gang import gang_processes
@@ -210,9 +231,9 @@ for _ in range(3):
 class LocalGang:
     """Runs one :class:`GangSpec` to completion (see the module docstring for the semantics)."""
 
-    def __init__(self, spec: GangSpec, log: Callable[[str], None] = print):
+    def __init__(self, spec: GangSpec, log: Optional[Callable[[str], None]] = None):
         self.spec = spec
-        self.log = log
+        self.log = log or logger.info
         self.gang_id = f"{spec.job_id}-{uuid.uuid4().hex[:8]}"
         self._procs: List[_Proc] = []
         self._t_attempt = 0.0
@@ -224,7 +245,7 @@ class LocalGang:
 
         Raises:
             TrainingJobFailed: the last attempt failed (role, exit code, log tail attached).
-            KeyboardInterrupt: on SIGINT/SIGTERM, after every child was reaped.
+            Interrupted: on SIGINT/SIGTERM, after every child was reaped (a ``KeyboardInterrupt``).
         """
         t_start = time.time()
         handlers = self._install_signal_handlers()
@@ -240,6 +261,8 @@ class LocalGang:
                     return GangResult(attempts=attempt, seconds=time.time() - t_start, logs=logs)
                 except TrainingJobFailed as exc:
                     failure = exc
+                    if exc.phase == "BadInput":   # deterministic: another attempt fails the same way
+                        raise
                     more = attempt <= self.spec.max_retry
                     self.log(f"gang {self.gang_id}: attempt {attempt} failed: {exc.reason} "
                              f"(role {exc.role}, exit code {exc.exit_code})"
@@ -254,7 +277,7 @@ class LocalGang:
                 details={**failure.details, "attempts": self.spec.max_retry + 1})
         except _Interrupted as exc:
             self._teardown()
-            raise KeyboardInterrupt(f"signal {exc.signum}: gang {self.gang_id} torn down") from None
+            raise Interrupted(exc.signum, f"gang {self.gang_id} torn down") from None
         finally:
             self._teardown()
             self._restore_signal_handlers(handlers)
@@ -307,6 +330,22 @@ class LocalGang:
         self._supervise(attempt)
         return {p.name: p.log_path for p in self._procs}
 
+    def _forward(self, proc: _Proc) -> None:
+        """Log the entrypoint's new complete lines from ``proc``'s log (Paddle's own output stays there)."""
+        try:
+            with open(proc.log_path, "rb") as fh:
+                fh.seek(proc.forwarded)
+                chunk = fh.read(1 << 20)
+        except OSError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        proc.forwarded += end + 1
+        for line in chunk[:end].decode("utf-8", "replace").splitlines():
+            if _ENTRYPOINT_LOGGER in line:
+                self.log(f"gang {self.gang_id}: {line.split(_ENTRYPOINT_LOGGER, 1)[1]}")
+
     def _stopped_by_trainer0(self) -> bool:
         from ctr_model.train import GANG_DIR
 
@@ -329,9 +368,15 @@ class LocalGang:
             now = time.time()
             for p in trainers:
                 code = p.popen.poll()
+                if code == EXIT_BAD_INPUT:
+                    raise self._fail("BadInput", p, f"{p.name} refused its input: {_error_line(p.log_path)}",
+                                     code)
                 if code is not None and code != 0:
                     raise self._fail("Failed", p, f"{p.name} exited with code {code}", code)
             trainers_done = all(p.popen.poll() == 0 for p in trainers)
+            if trainers_done:
+                for p in trainers:
+                    self._forward(p)
             for p in pservers:
                 code = p.popen.poll()
                 if code == 0 and self._stopped_by_trainer0():
@@ -351,6 +396,7 @@ class LocalGang:
                     size = p.last_size
                 if size != p.last_size:
                     p.last_size, p.last_change = size, now
+                    self._forward(p)
                 elif now - p.last_change > spec.stall_timeout_s:
                     raise self._fail("Stalled", p, f"{p.name} made no progress for "
                                      f"{spec.stall_timeout_s:.0f}s (a pserver or peer may be hung)",
@@ -368,9 +414,7 @@ class LocalGang:
 
     # -- cleanup --------------------------------------------------------------------------------
     def _teardown(self) -> None:
-        procs, self._procs = self._procs, []
-        if not procs:
-            return
+        procs = list(self._procs)   # cleared only at the end: an interrupted teardown is redone whole
         for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
             for p in procs:
                 try:
@@ -397,6 +441,7 @@ class LocalGang:
 
         for cache in self._caches:
             shutil.rmtree(cache, ignore_errors=True)
+        self._procs = []
 
     def _install_signal_handlers(self):
         import threading
@@ -405,6 +450,9 @@ class LocalGang:
             return None
 
         def handler(signum, _frame):
+            # one interruption is enough: a second signal must not cut the teardown short
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
             raise _Interrupted(signum)
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -11,31 +11,36 @@ installed package, so a local run exercises exactly the code that the component 
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import inspect
 import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
+import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from ctr_volcano.errors import BadInput, CtrVolcanoError
+from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted
 
 __all__ = [
-    "LOCAL_OVERRIDES", "LocalRunFailed", "default_sample_dir", "pipeline_parameters", "parse_params",
-    "run_local", "run_in_kfp_local", "compile_all", "compiled_files", "submit", "PIPELINES",
-    "pipeline_func", "default_submit_pipeline",
+    "LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes",
+    "default_sample_dir", "pipeline_parameters", "parse_params", "run_local", "run_in_kfp_local",
+    "compile_all", "compiled_files", "submit", "PIPELINES", "pipeline_func", "default_submit_pipeline",
 ]
 
 #: What ``ctr-volcano run`` changes from the pipeline's (cluster-oriented) defaults: train with local
-#: processes, and in small batches -- the 22.5k-row sample gives only ~20 steps per trainer per epoch
-#: at the cluster default of 512 rows, too few to learn (measured: test AUC 0.50 at 512 x 1 epoch,
-#: 0.73 at 32 x 2 epochs, for a planted-model optimum of 0.775).
-LOCAL_OVERRIDES: Dict[str, Any] = {"backend": "local", "batch_size": 32}
+#: processes, in small batches and for one more epoch -- the 21k training rows of the sample give only
+#: ~20 steps per trainer per epoch at the cluster default of 512 rows, too few to learn (measured: test
+#: AUC 0.50 at 512 x 1 epoch). On the sample's stratified test split, 64 x 3 epochs gave log loss
+#: 0.490-0.493 in two runs against 0.497-0.503 at 32 x 2, 32 x 3 and 128 x 4 (docs/training.md).
+LOCAL_OVERRIDES: Dict[str, Any] = {"backend": "local", "batch_size": 64, "epochs": 3}
 
 
 class LocalRunFailed(CtrVolcanoError):
@@ -107,6 +112,67 @@ def parse_params(pairs: Sequence[str], pipeline: str = "training") -> Dict[str, 
     return out
 
 
+#: Every process a local run starts (kfp's executors, the training gang) inherits this variable, set
+#: to the run's id, so an interrupted run can find and stop all of them.
+RUN_MARKER_ENV = "CTRVOLCANO_RUN_ID"
+
+
+@contextlib.contextmanager
+def _stop_run_on_signal(run_id: str) -> Iterator[Dict[str, int]]:
+    """SIGINT/SIGTERM to this process: SIGTERM the run's processes at once, then unwind.
+
+    ``kfp.local`` waits for each executor subprocess; a signal sent to this PID alone (``kill PID``,
+    a supervisor, a notebook kernel restart) would otherwise leave the executor and its training
+    gang running. The mapping yielded records the signal received.
+    """
+    caught: Dict[str, int] = {}
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        if "signum" in caught:
+            return              # already stopping
+        caught["signum"] = signum
+        signal_processes(run_id, signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def signal_processes(run_id: str, sig: int) -> List[int]:
+    """Send ``sig`` to every live process of run ``run_id`` except this one; returns their PIDs."""
+    from ctr_volcano.local_gang import processes_with_env
+
+    pids = [pid for pid in processes_with_env(f"{RUN_MARKER_ENV}={run_id}") if pid != os.getpid()]
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    return pids
+
+
+def stop_run_processes(run_id: str, grace_s: float = 30.0) -> List[int]:
+    """Stop every process of run ``run_id``: SIGTERM, up to ``grace_s`` to exit, then SIGKILL.
+
+    The grace period lets the training step tear its gang down itself. Returns the PIDs still alive
+    at the end (none expected).
+    """
+    deadline = time.monotonic() + grace_s
+    while signal_processes(run_id, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    deadline = time.monotonic() + 5.0
+    while signal_processes(run_id, signal.SIGKILL) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return signal_processes(run_id, 0)
+
+
 def _fresh_run_dir(workdir: Path) -> Path:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     runs = workdir / "runs"
@@ -143,11 +209,14 @@ def run_in_kfp_local(pipeline: Any, args: Mapping[str, Any], run_dir: Path) -> T
     # checkpoints) go to one short-pathed directory per run (sockets live there too, and AF_UNIX
     # paths are limited to 108 bytes): removed after a successful run, kept after a failed one.
     scratch = tempfile.mkdtemp(prefix="ctr-run-")
-    saved_tmpdir = os.environ.get("TMPDIR")
+    run_id = uuid.uuid4().hex
+    saved_env = {name: os.environ.get(name) for name in ("TMPDIR", RUN_MARKER_ENV)}
     os.environ["TMPDIR"] = scratch
+    os.environ[RUN_MARKER_ENV] = run_id   # inherited by the kfp executors and the training gang
     started = time.monotonic()
+    caught: Dict[str, int] = {}
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _stop_run_on_signal(run_id) as caught:
             # Running the component image's steps in this environment is the point of `run`.
             warnings.filterwarnings("ignore", message=r"You may be attemping to run a task that uses custom",
                                     category=RuntimeWarning)
@@ -157,13 +226,20 @@ def run_in_kfp_local(pipeline: Any, args: Mapping[str, Any], run_dir: Path) -> T
         kept = f", scratch files (gang logs) under {scratch}" if os.listdir(scratch) else ""
         raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
                              f"under {run_dir / 'outputs'}{kept}") from exc
+    except KeyboardInterrupt:
+        left = stop_run_processes(run_id)
+        shutil.rmtree(scratch, ignore_errors=True)
+        what = (f"run {run_id} stopped; task outputs so far under {run_dir / 'outputs'}"
+                + (f"; could not stop PIDs {left}" if left else ""))
+        raise Interrupted(caught.get("signum", signal.SIGINT), what) from None
     finally:
-        if saved_tmpdir is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved_tmpdir
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if os.path.isdir(scratch) and not os.listdir(scratch):
-            os.rmdir(scratch)  # nothing worth keeping (e.g. the run was interrupted before training)
+            os.rmdir(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     return task, time.monotonic() - started
 
@@ -249,8 +325,7 @@ def compiled_files(legacy: bool = False) -> Dict[str, Any]:
     """
     from components.data_prep import prepare_ctr_data
     from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
-    from components.retrain import (champion_challenger_gate, find_champion, register_model,
-                                    resolve_data_window)
+    from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
     from components.train import train_ctr
     from ctr_volcano.legacy_kfp import without_task_config
     from pipelines.ctr_training_pipeline import ctr_training_pipeline_legacy

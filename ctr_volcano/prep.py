@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import math
 import os
 import re
@@ -30,16 +31,29 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ctr_model.features import (DEFAULT_HASH_BUCKETS, DENSE_COLUMNS, LABEL, NUM_SPARSE,
-                                RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION, SPARSE_COLUMNS,
-                                _mix64_int, _mix64_np, hash_categorical, validate_hash_buckets,
-                                write_split_schema)
+from ctr_model.features import (
+    DEFAULT_HASH_BUCKETS,
+    DENSE_COLUMNS,
+    LABEL,
+    NUM_SPARSE,
+    RAW_COLUMNS,
+    SCHEMA_FILE,
+    SCHEMA_VERSION,
+    SPARSE_COLUMNS,
+    _mix64_int,
+    hash_categorical,
+    validate_hash_buckets,
+    write_split_schema,
+)
+from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 
-__all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "split_is_test",
+__all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "StratifiedSplit",
            "STATS_FILE", "REASONS"]
 
 STATS_FILE = "stats.json"
+
+logger = logging.getLogger(__name__)
 
 #: Reason categories counted in ``stats["rejected_by_reason"]``.
 REASONS = ("wrong field count", "non-integer in integer column", "label not 0/1", "empty line",
@@ -47,7 +61,6 @@ REASONS = ("wrong field count", "non-integer in integer column", "label not 0/1"
 
 _INPUT_SUFFIXES = (".tsv", ".txt", ".csv", ".gz", ".tsv.gz", ".txt.gz")
 _SPLIT_SALT_BASE = 0x53504C4954                 # ASCII "SPLIT"
-_MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -175,9 +188,11 @@ def _blocks(path: str, block_bytes: int) -> Iterator[Tuple[int, bytes, int]]:
             cut = data.rfind(b"\n")
             if cut < 0:
                 pending = data
-                if len(pending) > _MAX_LINE_BYTES:
-                    raise BadInput("input", f"{path}:{line_no}", "line longer than 1 MiB: this "
-                                   "does not look like a Criteo TSV file (40 tab-separated fields)")
+                if len(pending) > block_bytes:
+                    raise BadInput("input", f"{path}:{line_no}",
+                                   f"line longer than the block size ({block_bytes >> 20} MiB): raise "
+                                   f"--block-mb above the longest line, or check this is a Criteo TSV "
+                                   f"file (40 tab-separated fields per line)")
                 continue
             block, pending = data[:cut + 1], data[cut + 1:]
             n_lines = block.count(b"\n")
@@ -225,7 +240,16 @@ def _read(text: bytes, use_threads: bool = True):
     read_opts, parse_opts, convert_opts = _csv_options()
     if not use_threads:
         read_opts = pacsv.ReadOptions(column_names=list(RAW_COLUMNS), use_threads=False)
-    return pacsv.read_csv(pa.py_buffer(text), read_options=read_opts,
+    try:
+        return pacsv.read_csv(pa.py_buffer(text), read_options=read_opts,
+                              parse_options=parse_opts, convert_options=convert_opts)
+    except pa.ArrowInvalid as exc:
+        if "straddl" not in str(exc):
+            raise
+    # A line longer than Arrow's parse block (a huge categorical value): parse the text as one block.
+    one_block = pacsv.ReadOptions(column_names=list(RAW_COLUMNS), use_threads=False,
+                                  block_size=len(text) + 1)
+    return pacsv.read_csv(pa.py_buffer(text), read_options=one_block,
                           parse_options=parse_opts, convert_options=convert_opts)
 
 
@@ -345,12 +369,36 @@ def _check_labels(table, row_idx: np.ndarray, rejects, text_lines, text):
 # transform and split
 
 
-def split_is_test(row_index: np.ndarray, seed: int, test_fraction: float) -> np.ndarray:
-    """Boolean mask: which 0-based global line indices go to the test split."""
-    salt = np.uint64(_mix64_int(int(seed) + _SPLIT_SALT_BASE))
-    threshold = min(int(float(test_fraction) * 2.0 ** 64), 2 ** 64 - 1)
-    h = _mix64_np(np.asarray(row_index, dtype=np.uint64) ^ salt)
-    return h < np.uint64(threshold)
+class StratifiedSplit:
+    """Which rows go to the test split: exactly ``test_fraction`` of the clicks and of the non-clicks.
+
+    Rows of each label are counted in input order; the ``k``-th row of a label goes to the test split
+    when ``floor((k + 1) f + o) > floor(k f + o)``, with a per-label offset ``o`` in [0, 1) drawn from
+    the seed. So each label's test share is ``f`` to within one row, in every prefix of the input, and
+    the test split's click rate equals the data's. Why not an independent coin per row: on a small
+    input the test click rate then wanders by sqrt(p(1-p)/n) -- 0.9 percentage points on the 2,300
+    test rows of the committed sample, which drew 23.6% against 25.2% in training, more than the
+    calibration error being measured. Deterministic for a seed and the input order; feed blocks in
+    order.
+    """
+
+    def __init__(self, seed: int, test_fraction: float):
+        self.fraction = float(test_fraction)
+        self.offsets = [(_mix64_int(int(seed) * 2 + label + _SPLIT_SALT_BASE) >> 11) / float(1 << 53)
+                        for label in (0, 1)]
+        self.seen = [0, 0]
+
+    def is_test(self, labels: np.ndarray) -> np.ndarray:
+        """Boolean mask over the next rows, given their labels (0/1) in input order."""
+        labels = np.asarray(labels)
+        mask = np.zeros(labels.shape[0], dtype=bool)
+        for label in (0, 1):
+            rows = np.flatnonzero(labels == label)
+            k = self.seen[label] + np.arange(rows.size, dtype=np.float64)
+            o = self.offsets[label]
+            mask[rows] = np.floor((k + 1) * self.fraction + o) > np.floor(k * self.fraction + o)
+            self.seen[label] += rows.size
+        return mask
 
 
 def _transform(table, hash_buckets: int) -> Tuple[Any, np.ndarray]:
@@ -413,10 +461,16 @@ class _ShardSet:
             w.close()
 
     def remove(self) -> None:
+        """Delete what this set wrote, and its directory if nothing else is left in it."""
         self.close()
         for p in self.paths:
             if os.path.exists(p):
                 os.remove(p)
+        for name in (SCHEMA_FILE, SCHEMA_FILE + ".tmp"):
+            if os.path.exists(os.path.join(self.dir, name)):
+                os.remove(os.path.join(self.dir, name))
+        if not os.listdir(self.dir):
+            os.rmdir(self.dir)
 
     def files(self) -> List[Dict[str, Any]]:
         return [{"name": os.path.basename(p), "rows": r} for p, r in zip(self.paths, self.rows)]
@@ -458,9 +512,14 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
         raise BadInput("config", config, "pass a ctr_volcano.prep.PrepConfig")
     files = resolve_inputs(inputs)
     started = time.monotonic()
+    if stats_path and os.path.exists(stats_path):
+        os.remove(stats_path)   # it describes the shards the writers below replace
     train = _ShardSet(train_dir, config.shards, config.compression)
     test = _ShardSet(test_dir, config.test_shards, config.compression)
     acc = _Accumulator(config)
+    splitter = StratifiedSplit(config.seed, config.test_fraction)   # blocks reach it in input order
+    plain = not any(f.endswith(".gz") for f in files)   # gzip: the text size is known only at the end
+    progress = Progress(logger, "prep", total_bytes=sum(os.path.getsize(f) for f in files) if plain else None)
     ok = False
     try:
         # Three stages overlap: a thread reads (and gunzips) the next block, this thread parses
@@ -477,6 +536,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
                         break
                     next_block = pool.submit(next, blocks, None)
                     first_line, text, n_lines = item
+                    progress.update(rows=n_lines, nbytes=len(text))
                     table, row_idx, rejects = _parse_block(text, n_lines)
                     del text
                     file_lines += n_lines
@@ -485,8 +545,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
                         pending.result()
                         pending = None
                     if table is not None and table.num_rows:
-                        pending = pool.submit(_transform_and_write, table,
-                                              acc.rows_in_before + row_idx, config, acc,
+                        pending = pool.submit(_transform_and_write, table, splitter, config, acc,
                                               train, test)
                     acc.rows_in_before += n_lines
                 acc.inputs.append({"path": path, "lines": file_lines,
@@ -499,6 +558,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
             raise BadInput("input", files, "no lines found: the input files are empty")
         acc.check_bad_fraction()
         stats = acc.stats(train, test, time.monotonic() - started)
+        progress.done()
         write_split_schema(train_dir, config.hash_buckets, acc.rows_train, train.files())
         write_split_schema(test_dir, config.hash_buckets, acc.rows_test, test.files())
         if stats_path:
@@ -515,13 +575,13 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
             test.remove()
 
 
-def _transform_and_write(table, row_index: np.ndarray, config: PrepConfig, acc: "_Accumulator",
+def _transform_and_write(table, splitter: StratifiedSplit, config: PrepConfig, acc: "_Accumulator",
                          train: _ShardSet, test: _ShardSet) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     out, missing = _transform(table, config.hash_buckets)
-    mask = pa.array(split_is_test(row_index, config.seed, config.test_fraction))
+    mask = pa.array(splitter.is_test(out.column(LABEL).to_numpy()))
     test_part = out.filter(mask)
     train_part = out.filter(pc.invert(mask))
     acc.add_good(missing, train_part, test_part)
@@ -529,6 +589,12 @@ def _transform_and_write(table, row_index: np.ndarray, config: PrepConfig, acc: 
         train.write(train_part)
     if test_part.num_rows:
         test.write(test_part)
+
+
+def _looks_like_header(line: bytes) -> bool:
+    """A file's first line whose label field is a word (``label``, ``click``): column names."""
+    label = line.split(b"\t", 1)[0].strip()
+    return bool(label) and label.isalpha()
 
 
 class _Accumulator:
@@ -552,6 +618,9 @@ class _Accumulator:
         self.rows_in += n_lines
         self.rows_rejected += len(rejects)
         for i, category, detail, text in rejects:
+            if first_line + i == 1 and _looks_like_header(text):
+                detail = ("a header line (column names); Criteo TSV files have none: remove it "
+                          f"(e.g. tail -n +2), first fields {text[:40].decode('utf-8', 'replace')!r}")
             self.by_reason[category] = self.by_reason.get(category, 0) + 1
             if len(self.examples) < self.config.max_examples:
                 self.examples.append({"file": path, "line": first_line + i, "reason": detail,
@@ -583,7 +652,9 @@ class _Accumulator:
                 "max_bad_fraction", self.config.max_bad_fraction,
                 f"{self.rows_rejected} of {self.rows_in} lines ({frac:.4%}) were rejected; "
                 f"first at {first['file']}:{first['line']}: {first['reason']}. Fix the input, "
-                f"or raise --max-bad-fraction to accept it")
+                f"or raise --max-bad-fraction to accept it"
+                + ("; most lines are bad: is this a Criteo TSV file (label, 13 integer and 26 "
+                   "categorical fields, tab-separated)?" if frac > 0.5 else ""))
 
     def stats(self, train: _ShardSet, test: _ShardSet, seconds: float) -> Dict[str, Any]:
         good = self.rows_train + self.rows_test

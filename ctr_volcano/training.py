@@ -8,15 +8,22 @@ the same ``workdir`` resumes from the last complete epoch.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Union
 
 from ctr_volcano.errors import BadInput
+from ctr_volcano.outputs import writable_dir
+
+if TYPE_CHECKING:
+    from ctr_model.config import TrainConfig
 
 __all__ = ["TrainResult", "train_local", "check_init_model", "DEFAULT_STALL_TIMEOUT_S"]
+
+logger = logging.getLogger(__name__)
 
 #: A trainer printing nothing for this long is considered hung (a dead pserver hangs trainers).
 DEFAULT_STALL_TIMEOUT_S = 300.0
@@ -75,10 +82,10 @@ def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
 
 
 def train_local(data_dir: str, model_dir: str,
-                config: Union["TrainConfig", Mapping[str, Any], None] = None,  # noqa: F821
+                config: Union["TrainConfig", Mapping[str, Any], None] = None,
                 *, pservers: int = 2, trainers: int = 2, max_retry: int = 2,
                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, workdir: Optional[str] = None,
-                log: Callable[[str], None] = print, job_id: str = "ctr-local",
+                log: Optional[Callable[[str], None]] = None, job_id: str = "ctr-local",
                 init_model: Optional[str] = None) -> TrainResult:
     """Train the CTR DNN with ``pservers`` x ``trainers`` local processes and export it.
 
@@ -93,7 +100,7 @@ def train_local(data_dir: str, model_dir: str,
         workdir: keeps logs and the shared output (checkpoints) there, so a later call with the same
             workdir resumes. By default a temp dir, whose checkpoints and model copy are deleted
             after success (logs and ``metrics.json`` stay).
-        log: progress sink.
+        log: progress sink (default: this module's logger).
         job_id: gang name used in logs and errors.
         init_model: an exported model to warm-start from (:mod:`ctr_model.warm_start`); checked
             against this run's schema, hash buckets, network shape and pservers before the gang starts.
@@ -106,12 +113,18 @@ def train_local(data_dir: str, model_dir: str,
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
     from ctr_model.data import DataError, resolve_split
+    from ctr_model.train import check_test_split
     from ctr_volcano.local_gang import GangSpec, LocalGang
 
+    log = log or logger.info
     cfg = _config_dict(config)
     data_dir = os.path.abspath(os.fspath(data_dir))
     try:
         split = resolve_split(data_dir, "train")
+    except DataError as exc:
+        raise BadInput("data_dir", data_dir, str(exc)) from None
+    try:
+        check_test_split(data_dir, split)   # scored after training: a bad one must fail before it
     except DataError as exc:
         raise BadInput("data_dir", data_dir, str(exc)) from None
     if len(split.files) < trainers:
@@ -123,17 +136,21 @@ def train_local(data_dir: str, model_dir: str,
     if init_model:
         init_model = os.path.abspath(os.fspath(init_model))
         check_init_model(init_model, cfg, pservers, split.hash_buckets)
+    model_dir = writable_dir("model_dir", model_dir)
     own_workdir = not workdir
     workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")
     output_dir = os.path.join(workdir, "output")
     os.makedirs(output_dir, exist_ok=True)
-    spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
-                    output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
-                    max_retry=max_retry, stall_timeout_s=stall_timeout_s, init_model=init_model or None)
+    try:
+        spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
+                        output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
+                        max_retry=max_retry, stall_timeout_s=stall_timeout_s, init_model=init_model or None)
+    except BadInput:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
     result = LocalGang(spec, log=log).run()
     src = os.path.join(output_dir, "model")
-    model_dir = os.path.abspath(os.fspath(model_dir))
-    os.makedirs(model_dir, exist_ok=True)
     for name in os.listdir(model_dir):
         path = os.path.join(model_dir, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)

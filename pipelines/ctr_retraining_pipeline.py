@@ -25,8 +25,7 @@ from kfp import dsl, kubernetes
 from kfp.dsl import Markdown, Metrics, Model
 
 from components.data_prep import prepare_ctr_data
-from components.retrain import (champion_challenger_gate, find_champion, register_model,
-                                resolve_data_window)
+from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
 from components.train import train_ctr
 
 __all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_local", "build_retraining_pipeline",

@@ -171,4 +171,4 @@ def _define(legacy: bool):
 
 
 ctr_training_pipeline_legacy = _define(legacy=True)
-ctr_training_pipeline = _define(legacy=False)  # noqa: F811
+ctr_training_pipeline = _define(legacy=False)

@@ -2,7 +2,6 @@
 start the Go-built mini cluster (see ``tests/cluster/``)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -29,3 +28,16 @@ def _no_proxy_env(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     yield
+
+
+@pytest.fixture(scope="session")
+def volcano_job_crd() -> str:
+    """Volcano's real Job CRD, from the Volcano Go module (downloaded once into Go's module cache)."""
+    from ctr_volcano.volcano.crds import CrdUnavailable, job_crd_path
+
+    try:
+        return job_crd_path()
+    except CrdUnavailable as exc:
+        if "Go is not installed" in str(exc):
+            pytest.skip(f"no Volcano CRD schema to validate against: {exc}")
+        raise

@@ -356,11 +356,11 @@ class FakeKube:
             lines = list(self.logs.get((ns, name), []))
             if "sinceSeconds" in query:
                 cut = datetime.now(timezone.utc) - timedelta(seconds=int(query["sinceSeconds"]))
-                lines = [(t, l) for t, l in lines if t >= cut]
+                lines = [(t, line) for t, line in lines if t >= cut]
             if "tailLines" in query:
                 lines = lines[-int(query["tailLines"]):] if int(query["tailLines"]) else []
             stamp = query.get("timestamps") in ("true", "True", "1")
-            text = "".join((f"{rfc3339_nano(t)} {l}\n" if stamp else f"{l}\n") for t, l in lines)
+            text = "".join((f"{rfc3339_nano(t)} {line}\n" if stamp else f"{line}\n") for t, line in lines)
             return 200, text.encode(), "text/plain"
         if name:
             pod = self.pods.get((ns, name))

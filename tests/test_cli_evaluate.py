@@ -28,5 +28,5 @@ def test_evaluate_verb_errors_are_one_line(tmp_path, capsys, case, field):
     rc = cli.main(["evaluate", "--model", str(model), "--data", str(data), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith(f"ctr-volcano evaluate: error: {field}=") and "Traceback" not in err
+    assert err.startswith(f"ctr-volcano evaluate: error: --{field}=") and "Traceback" not in err
     assert not (tmp_path / "out" / "metrics.json").exists()

@@ -42,7 +42,7 @@ class _FakeKfp(http.server.BaseHTTPRequestHandler):
         f = self._query().get("filter")
         return json.loads(f)["predicates"][0]["stringValue"] if f else None
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self.requests.append(("GET", self.path, None))
         path = urllib.parse.urlsplit(self.path).path
         if path == "/apis/v2beta1/healthz":
@@ -59,7 +59,7 @@ class _FakeKfp(http.server.BaseHTTPRequestHandler):
             return self._reply({"pipeline_versions": found} if found else {})
         return self._reply({})  # experiment lookup by name: none yet
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         path, q = urllib.parse.urlsplit(self.path).path, self._query()
         if path.startswith("/apis/v2beta1/pipelines/upload"):

@@ -6,8 +6,7 @@ import json
 import pytest
 
 from ctr_model.config import ConfigError, TrainConfig
-from ctr_model.contract import (ContractError, GangContract, paddle_env, parse_role_env, role_env,
-                                volcano_plugin_env)
+from ctr_model.contract import ContractError, GangContract, paddle_env, parse_role_env, role_env, volcano_plugin_env
 
 
 def test_config_round_trip_and_defaults():

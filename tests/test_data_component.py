@@ -6,7 +6,6 @@ run directly on the same input.
 """
 
 import json
-import os
 from typing import NamedTuple
 
 import pyarrow as pa

@@ -13,7 +13,7 @@ from components.evaluate import check_auc_gate, publish_model
                                                 (0.5, 0.0, True), (0.99, 1.0, False)])
 def test_gate(auc, min_auc, expect, capsys):
     assert check_auc_gate.python_func(auc=auc, min_auc=min_auc) is expect
-    assert ("PASSED" if expect else "BLOCKED") in capsys.readouterr().out
+    assert ("PASSED" if expect else "BLOCKED") in capsys.readouterr().err   # the log line
 
 
 def test_gate_refuses_a_threshold_outside_0_1():

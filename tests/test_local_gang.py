@@ -7,7 +7,6 @@ gang is covered in ``test_train_local.py``.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,6 +27,9 @@ FAKE_ROLE = textwrap.dedent("""
     env = paddle_env(spec)
     print(spec.name, env["PADDLE_PSERVERS_IP_PORT_LIST"], env["POD_IP"], env["PADDLE_PORT"], flush=True)
     plan = json.loads(os.environ.get("FAKE_PLAN", "{}")).get(spec.name, "")
+    if plan.startswith("refuse:"):
+        print("ctr_model.train:", spec.name, "error:", plan[len("refuse:"):], file=sys.stderr, flush=True)
+        sys.exit(2)
     if plan.startswith("exit:"):
         sys.exit(int(plan[5:]))
     if plan.startswith("fail_once:"):
@@ -45,6 +47,7 @@ FAKE_ROLE = textwrap.dedent("""
         time.sleep(600)
     for i in range(3):
         print("step", i, flush=True)
+        print("2026-11-30T00:00:00 INFO    ctr_model.train:", spec.name, "epoch 1/1:", i, "examples", flush=True)
         time.sleep(0.3)
 """)
 
@@ -89,6 +92,15 @@ def test_success_sees_volcano_contract_and_stops_pservers(job_id, tiny_data, tmp
     assert host_file.read_text() == "127.0.0.1\n127.0.0.1\n"
 
 
+def test_trainer_progress_lines_reach_the_supervisors_log(job_id, tiny_data, tmp_path):
+    logs = []
+    LocalGang(make_spec(job_id, tiny_data, tmp_path), log=logs.append).run()
+    for trainer in ("trainer-0", "trainer-1"):
+        forwarded = [m for m in logs if f": {trainer} epoch 1/1:" in m]
+        assert len(forwarded) == 3, logs      # every progress line once, none of the other output
+    assert not any("step" in m for m in logs)
+
+
 def test_failing_trainer_restarts_gang_then_fails_with_role_code_and_tail(job_id, tiny_data, tmp_path):
     spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-1": "exit:3"}, max_retry=1)
     with pytest.raises(TrainingJobFailed) as err:
@@ -96,6 +108,16 @@ def test_failing_trainer_restarts_gang_then_fails_with_role_code_and_tail(job_id
     exc = err.value
     assert (exc.role, exc.exit_code, exc.details["attempts"]) == ("trainer-1", 3, 2)
     assert "trainer-1" in exc.log_tail and "gave up after 2 attempt(s)" in str(exc)
+
+
+def test_bad_input_exit_is_not_retried_and_names_the_reason(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-0": "refuse:test/schema.json is version 7"},
+                     max_retry=2)
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=lambda m: None).run()
+    assert err.value.phase == "BadInput" and err.value.exit_code == 2
+    assert "refused its input: test/schema.json is version 7" in err.value.reason
+    assert not (tmp_path / "work" / "attempt-2").exists(), "a deterministic input error was retried"
 
 
 def test_transient_failure_is_retried_to_success(job_id, tiny_data, tmp_path):
@@ -124,7 +146,7 @@ def test_watchdog_names_the_stalled_trainer(job_id, tiny_data, tmp_path):
 def test_sigterm_reaps_every_child(job_id, tiny_data, tmp_path):
     spec = make_spec(job_id, tiny_data, tmp_path, {"trainer-0": "silent", "trainer-1": "silent"},
                      max_retry=0, stall_timeout_s=600)
-    driver = textwrap.dedent(f"""
+    driver = textwrap.dedent("""
         import json, sys
         from ctr_volcano.local_gang import GangSpec, LocalGang
         spec = GangSpec(**json.loads(sys.argv[1]))

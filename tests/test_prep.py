@@ -14,7 +14,7 @@ import pytest
 from ctr_model import features as F
 from ctr_volcano.cli import main
 from ctr_volcano.errors import BadInput
-from ctr_volcano.prep import PrepConfig, prep, resolve_inputs, split_is_test
+from ctr_volcano.prep import PrepConfig, StratifiedSplit, prep, resolve_inputs
 
 # Lines in the exact Kaggle Display Advertising format: negative integers, empty integer and
 # categorical fields, and empty trailing fields (the line ends in tabs).
@@ -113,7 +113,7 @@ def test_rows_match_the_reference_line_transform(sample_dir, tmp_path):
     raw.write_text("\n".join(lines) + "\n")
     stats = prep([str(raw)], str(tmp_path / "out"), PrepConfig(hash_buckets=5003, seed=9))
     assert stats["rows_rejected"] == 0
-    is_test = split_is_test(np.arange(len(lines)), 9, 0.1)
+    is_test = StratifiedSplit(9, 0.1).is_test(np.array([F.transform_line(line, 5003)[0] for line in lines]))
     for split, mask in (("train", ~is_test), ("test", is_test)):
         table = _read_split(tmp_path / "out" / split)
         expected = [F.transform_line(line, 5003) for line, m in zip(lines, mask) if m]
@@ -223,7 +223,7 @@ def test_split_is_deterministic_and_seeded(sample_dir, tmp_path):
     raw.write_text("\n".join(lines) + "\n")
     a = prep([str(raw)], str(tmp_path / "a"), PrepConfig(seed=1, test_fraction=0.3))
     b = prep([str(raw)], str(tmp_path / "b"), PrepConfig(seed=1, test_fraction=0.3))
-    c = prep([str(raw)], str(tmp_path / "c"), PrepConfig(seed=2, test_fraction=0.3))
+    prep([str(raw)], str(tmp_path / "c"), PrepConfig(seed=2, test_fraction=0.3))
     assert a["rows_test"] == b["rows_test"]
     assert _read_split(tmp_path / "a" / "test").equals(_read_split(tmp_path / "b" / "test"))
     assert not _read_split(tmp_path / "a" / "test").equals(_read_split(tmp_path / "c" / "test"))
@@ -286,10 +286,10 @@ def test_cli_prep_and_gen_data(tmp_path, capsys, sample_dir):
     assert F.check_split_schema(str(tmp_path / "out" / "train"), 1000)["rows"] > 0
     assert main(["prep", "--input", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ctr-volcano prep: error: input=") and "Traceback" not in err
+    assert err.startswith("ctr-volcano prep: error: --input=") and "Traceback" not in err
     assert main(["prep", "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "o"),
                  "--test-fraction", "2"]) == 2
-    assert "test_fraction=2.0" in capsys.readouterr().err
+    assert "--test-fraction=2.0" in capsys.readouterr().err
 
 
 def test_prep_and_the_reference_line_parser_agree_on_odd_fields(tmp_path):

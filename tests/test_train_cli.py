@@ -9,7 +9,7 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):
     rc = main(["train", "--data", str(tmp_path / "nope"), "--model-out", str(tmp_path / "m")])
     err = capsys.readouterr().err
     assert rc == 2
-    assert "data_dir=" in err and "ctr-volcano prep" in err
+    assert "--data=" in err and "ctr-volcano prep" in err
 
 
 def test_bad_hyper_parameter_names_the_flag(tmp_path, capsys):

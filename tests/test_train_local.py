@@ -79,9 +79,13 @@ def _kill_when_checkpointed(output_dir: str, job_id: str, role: str, index: int,
 def test_two_by_two_learns_on_planted_data(planted, job_id, tmp_path):
     data, oracle = planted
     assert importlib.util.find_spec("kfp") is not None   # proto-plus shadowing is in play
+    logs = []
     result = train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 2}, pservers=2, trainers=2,
-                         max_retry=0, workdir=str(tmp_path / "w"), job_id=job_id, log=lambda m: None)
+                         max_retry=0, workdir=str(tmp_path / "w"), job_id=job_id, log=logs.append)
     assert result.attempts == 1
+    for trainer in ("trainer-0", "trainer-1"):     # the trainers' progress reaches the supervisor's log
+        assert any(f": {trainer}: epoch 2 done: 8000 examples" in line for line in logs), logs
+    assert any(": trainer-0: calibrated the output bias" in line for line in logs), logs
     m = result.metrics
     assert [e["epoch"] for e in m["epochs"]] == [1, 2]
     assert m["epochs"][0]["examples"] == 16_000                 # every row, no overlap, no loss
@@ -95,6 +99,11 @@ def test_two_by_two_learns_on_planted_data(planted, job_id, tmp_path):
     assert test_auc > 0.7, f"did not learn: test AUC {test_auc:.3f} (oracle {oracle:.3f})"
     meta = scorer.meta
     assert meta["hash_buckets"] == 100_003 and meta["config"]["fc_sizes"] == [32, 16]
+    train_rate = meta["calibration"]["click_rate"]         # calibrated in the large at export
+    train_files = sorted(os.path.join(data, "train", f) for f in os.listdir(os.path.join(data, "train"))
+                         if f.endswith(".parquet"))
+    train_probs = np.concatenate([p for _, p in scorer.predict_files(train_files)])
+    assert train_probs.mean() == pytest.approx(train_rate, abs=1e-4)
 
 
 @pytest.mark.slow

@@ -29,7 +29,6 @@ from tests.fake_k8s import FakeKube
 from tests.kfp_driver import executor_input_for, task_config_for
 
 REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
 
 #: What KFP 2.17's driver puts under the TaskConfig input for a task with every field set: Go's
 #: json.Marshal of its TaskConfig struct (driver.go), ResourceRequirements with the accelerator in
@@ -58,7 +57,7 @@ def _sdk_task_config(driver_json):
 
 
 # ----------------------------------------------------------------------------- the pure mapping
-def test_every_field_lands_on_the_gang_and_accelerators_only_on_trainers():
+def test_every_field_lands_on_the_gang_and_accelerators_only_on_trainers(volcano_job_crd):
     task = TaskPodConfig.from_kfp(_sdk_task_config(DRIVER_JSON))
     params = StepParams(backend="volcano", namespace="ml", image="img:1", workspace_path="/kfp-workspace",
                         task_config=task, cpu="1", memory="2Gi", gpus=0)
@@ -66,7 +65,7 @@ def test_every_field_lands_on_the_gang_and_accelerators_only_on_trainers():
     job = build_job(build_spec(params, "/kfp-workspace/ctr-runs/j/data", "/kfp-workspace/ctr-runs/j/output",
                                name="ctr-j"))
     assert not validate_job(job)
-    assert not validate_against_crd(job, str(CRD))
+    assert not validate_against_crd(job, volcano_job_crd)
     pods = {t["name"]: t["template"]["spec"] for t in job["spec"]["tasks"]}
     for role, pod in pods.items():
         assert pod["nodeSelector"] == {"pool": "gpu-a100"}, role
@@ -202,8 +201,7 @@ def _run_executor(component_docs, executor_input, env, cwd):
                           timeout=300)
 
 
-def test_readme_snippet_through_kfps_executor_puts_the_task_settings_on_the_volcano_pods(tmp_path, prep):
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD}"
+def test_readme_snippet_through_kfps_executor_puts_the_task_settings_on_the_volcano_pods(tmp_path, prep, volcano_job_crd):
     compile_dir = tmp_path / "compiled"
     compile_dir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -238,7 +236,7 @@ def test_readme_snippet_through_kfps_executor_puts_the_task_settings_on_the_volc
         (output / "metrics.json").write_text(json.dumps({"final_loss": 0.5, "rows": 10}))
         fake.set_phase(ns, name, "Completed", succeeded=6)
 
-    fake = FakeKube(crd_path=str(CRD)).start()
+    fake = FakeKube(crd_path=volcano_job_crd).start()
     try:
         fake.put_pvc("default", "ctr-run-abc12-kfp-workspace")
         fake.script = [lambda f: None, gang_trains]
@@ -255,7 +253,7 @@ def test_readme_snippet_through_kfps_executor_puts_the_task_settings_on_the_volc
     assert len(jobs) == 1, f"the step created {len(jobs)} Jobs"
     ((ns, _), job), = jobs.items()
     assert ns == "default"
-    assert not validate_against_crd(job, str(CRD))
+    assert not validate_against_crd(job, volcano_job_crd)
     pods = {t["name"]: t["template"]["spec"] for t in job["spec"]["tasks"]}
     assert set(pods) == {"pserver", "trainer"}
     for role, pod in pods.items():
@@ -278,7 +276,7 @@ def test_readme_snippet_through_kfps_executor_puts_the_task_settings_on_the_volc
     assert json.loads((out / "executor_output.json").read_text())["artifacts"]["metrics"]
 
 
-def test_legacy_yaml_runs_through_kfps_executor_on_explicit_parameters(tmp_path, prep):
+def test_legacy_yaml_runs_through_kfps_executor_on_explicit_parameters(tmp_path, prep, volcano_job_crd):
     """``compile --legacy-kfp``: the component has no TaskConfig input, so KFP's executor hands the
     function an empty one; the gang gets the explicit cpu/memory and the named claim."""
     import inspect
@@ -311,7 +309,7 @@ def test_legacy_yaml_runs_through_kfps_executor_on_explicit_parameters(tmp_path,
         (Path(env_["CTR_OUTPUT_DIR"]) / "metrics.json").write_text("{}")
         fake.set_phase(ns, name, "Completed", succeeded=4)
 
-    fake = FakeKube(crd_path=str(CRD)).start()
+    fake = FakeKube(crd_path=volcano_job_crd).start()
     try:
         fake.put_pvc("default", "ctr-data")
         fake.script = [lambda f: None, gang_trains]

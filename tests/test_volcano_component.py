@@ -15,9 +15,6 @@ from kfp import dsl, local
 from components.train import train_ctr
 from tests.fake_k8s import FakeKube
 
-REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
-
 
 @dsl.pipeline(name="train-volcano-local")
 def _pipeline(prep_uri: str, pvc_mount_path: str):
@@ -27,10 +24,9 @@ def _pipeline(prep_uri: str, pvc_mount_path: str):
               run_id="kfp-local-run", task_name="train-ctr", poll_interval_s=0.05)
 
 
-def test_train_ctr_component_volcano_backend_under_kfp_local(tmp_path, monkeypatch):
+def test_train_ctr_component_volcano_backend_under_kfp_local(tmp_path, monkeypatch, volcano_job_crd):
     from ctr_model.features import write_split_schema
 
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD}"
     prep = tmp_path / "prep"
     (prep / "train").mkdir(parents=True)
     for i in (0, 1):
@@ -51,7 +47,7 @@ def test_train_ctr_component_volcano_backend_under_kfp_local(tmp_path, monkeypat
         (out / "metrics.json").write_text(json.dumps({"final_loss": 0.5, "rows": 10}))
         fake.set_phase(ns, name, "Completed", succeeded=2)
 
-    fake = FakeKube(crd_path=str(CRD)).start()
+    fake = FakeKube(crd_path=volcano_job_crd).start()
     fake.put_pvc("ml", "claim")
     try:
         fake.script = [lambda f: None, lambda f: None, gang_trains]

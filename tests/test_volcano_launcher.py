@@ -32,15 +32,13 @@ from ctr_volcano.volcano.spec import TrainJobSpec
 from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
 NS = "ml"
 JOB = "ctr-t"
 
 
 @pytest.fixture
-def fake():
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
-    server = FakeKube(crd_path=str(CRD)).start()
+def fake(volcano_job_crd):
+    server = FakeKube(crd_path=volcano_job_crd).start()
     try:
         yield server
     finally:
@@ -214,9 +212,9 @@ def test_pending_gang_is_explained_then_times_out_and_is_deleted(fake, client, t
     assert "Insufficient cpu" in err.reason and "PodGroupPending" in err.reason
     assert 1.0 <= time.monotonic() - started < 10
     assert fake.job(NS, JOB) is None and fake.count("delete", "jobs") == 1
-    explained = [l for l in logs if "Pending for" in l]
+    explained = [line for line in logs if "Pending for" in line]
     assert len(explained) >= 2, logs  # printed periodically while waiting
-    assert any("Insufficient cpu" in l for l in explained)
+    assert any("Insufficient cpu" in line for line in explained)
 
 
 def test_explain_without_podgroup_and_with_image_pull_errors(fake, client, spec):
@@ -259,7 +257,7 @@ def test_failure_keeps_failed_pods_reason_exit_code_and_log_tail(fake, client, s
     assert "pod ctr-t-trainer-1 Error" in str(err) and "exit code 3" in str(err)
     # the pods were gone when the job failed: the tails come from the moment the launcher saw them
     assert fake.pods == {}
-    assert any("attempt 2/2" in l for l in logs)
+    assert any("attempt 2/2" in line for line in logs)
     assert fake.count("delete", "jobs") == 0  # kept for inspection; ttlSecondsAfterFinished cleans up
 
 
@@ -271,7 +269,7 @@ def test_cancel_deletes_job_and_raises(fake, client, spec):
     def run():
         try:
             lch.run()
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+        except BaseException as exc:  # the test inspects it
             box["exc"] = exc
 
     t = threading.Thread(target=run)
@@ -328,7 +326,7 @@ def test_transient_api_errors_are_retried(fake, client, spec, tmp_path):
     logs = []
     result = launcher(client, spec, logs).run()
     assert result.metrics["rows"] == 1000
-    assert sum("API error, retrying" in l for l in logs) == 4
+    assert sum("API error, retrying" in line for line in logs) == 4
     assert fake.count("create", "jobs") == 2  # the 504 attempt and the retry
 
 
@@ -370,4 +368,4 @@ def test_unreadable_pod_logs_never_fail_the_step(fake, client, spec, tmp_path):
     logs = []
     result = launcher(client, spec, logs, max_api_retries=1).run()
     assert result.metrics["rows"] == 1000
-    assert sum("cannot read the log of pod" in l for l in logs) == 2  # once per streamed pod
+    assert sum("cannot read the log of pod" in line for line in logs) == 2  # once per streamed pod

@@ -1,34 +1,33 @@
 """Job manifests: render-job output against the real Volcano CRD schema, plus the webhook's checks.
 
-The CRD is read from ``../shared/volcano/crd`` beside the repository (CI puts ``shared/`` there);
-nothing from it is copied into the repo.
+The CRD comes from the Volcano Go module (``ctr_volcano.volcano.crds``: ``go mod download`` into Go's
+module cache on first use); nothing from it is copied into the repo.
 """
 from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from ctr_volcano.cli import main as cli_main
 from ctr_volcano.errors import BadInput
-from ctr_volcano.volcano.manifest import (build_job, check_job, load_crd_schema, unknown_fields,
-                                          validate_against_crd, validate_job)
+from ctr_volcano.volcano.manifest import (
+    build_job,
+    check_job,
+    load_crd_schema,
+    unknown_fields,
+    validate_against_crd,
+    validate_job,
+)
 from ctr_volcano.volcano.names import MAX_JOB_NAME, is_dns1035_label, job_name_for
 from ctr_volcano.volcano.spec import PvcVolume, Resources, SecretEnv, TrainJobSpec
 
-REPO = Path(__file__).resolve().parents[1]
-CRD_DIR = REPO.parent / "shared" / "volcano" / "crd"
-JOB_CRD = CRD_DIR / "batch.volcano.sh_jobs.yaml"
-
 
 @pytest.fixture(scope="module")
-def crd() -> str:
-    assert JOB_CRD.is_file(), (f"Volcano CRD not found at {JOB_CRD}: CI places shared/ beside the "
-                               "repository clone (../shared/volcano/crd)")
-    return str(JOB_CRD)
+def crd(volcano_job_crd) -> str:
+    return volcano_job_crd
 
 
 TOL = json.dumps([{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}])

@@ -23,14 +23,12 @@ from ctr_volcano.volcano.step import StepParams, run_training_step
 from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
 NS = "ml"
 
 
 @pytest.fixture
-def fake():
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
-    server = FakeKube(crd_path=str(CRD)).start()
+def fake(volcano_job_crd):
+    server = FakeKube(crd_path=volcano_job_crd).start()
     server.put_pvc(NS, "claim")  # the RWX claim the tests hand data over through
     yield server
     server.stop()

@@ -13,8 +13,7 @@ import pytest
 
 from ctr_model.features import SCHEMA_VERSION
 from ctr_model.synthetic import write_planted_prep
-from ctr_model.warm_start import (WARM_START_DIR, WarmStartError, check_compatible,
-                                  read_init_model)
+from ctr_model.warm_start import WARM_START_DIR, WarmStartError, check_compatible, read_init_model
 from ctr_volcano.errors import BadInput
 from ctr_volcano.training import train_local
 

@@ -28,8 +28,8 @@ def load_minicluster() -> Any:
                        "run from a source checkout of ctr-volcano (pip install -e .); tools/ is not "
                        "part of the installed package")
     spec = importlib.util.spec_from_file_location("minicluster", MINICLUSTER_PY)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
     sys.modules.setdefault("minicluster", module)
     spec.loader.exec_module(module)
     return module

@@ -29,8 +29,8 @@ def register(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     from ctr_volcano.evaluate import DEFAULT_BATCH_SIZE, evaluate
 
-    m = evaluate(args.model, args.data, args.out, threshold=args.threshold,
-                 batch_size=args.batch_size or DEFAULT_BATCH_SIZE)
+    batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+    m = evaluate(args.model, args.data, args.out, threshold=args.threshold, batch_size=batch_size)
     print(f"AUC {m['auc']:.6f}  log loss {m['logloss']:.6f}  rows {m['rows']}  "
           f"positive rate {m['positive_rate']:.4%}  mean prediction {m['mean_prediction']:.4%}")
     print(f"wrote {args.out}/metrics.json and {m['report']}")

@@ -59,7 +59,7 @@ def _config(args: argparse.Namespace) -> dict:
     try:
         TrainConfig.from_dict(data)
     except ConfigError as exc:
-        raise BadInput(f"--{exc.field.replace('_', '-')}", exc.value, exc.fix) from None
+        raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None   # cli names the flag
     return data
 
 

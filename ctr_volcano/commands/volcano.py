@@ -55,17 +55,29 @@ def _secret_envs(items: List[str]) -> Tuple[Any, ...]:
     return tuple(out)
 
 
+def _resources(role: str, cpu: str, memory: str, gpus: int) -> Any:
+    """One role's :class:`Resources`; an error names the flag that set the bad value."""
+    from ctr_volcano.errors import BadInput
+    from ctr_volcano.volcano.spec import Resources
+
+    try:
+        return Resources(cpu=cpu, memory=memory, gpu=gpus)
+    except BadInput as exc:
+        flag = "--gpus" if exc.field == "gpu" else f"--{role}-{exc.field} (or --{exc.field})"
+        raise BadInput(flag, exc.value, exc.fix) from None
+
+
 def _spec_from_args(args: argparse.Namespace) -> Any:
     from ctr_volcano.images import trainer_image
     from ctr_volcano.volcano.handoff import RUNS_DIR
     from ctr_volcano.volcano.names import job_name_for
-    from ctr_volcano.volcano.spec import PvcVolume, Resources, TrainJobSpec
+    from ctr_volcano.volcano.spec import PvcVolume, TrainJobSpec
 
     name = args.name or job_name_for(args.run_id or "manual", args.task_name)
     run_root = f"{args.pvc_mount_path.rstrip('/')}/{RUNS_DIR}/{name}"
-    pserver = Resources(cpu=args.pserver_cpu or args.cpu, memory=args.pserver_memory or args.memory)
-    trainer = Resources(cpu=args.trainer_cpu or args.cpu, memory=args.trainer_memory or args.memory,
-                        gpu=args.gpus)
+    pserver = _resources("pserver", args.pserver_cpu or args.cpu, args.pserver_memory or args.memory, 0)
+    trainer = _resources("trainer", args.trainer_cpu or args.cpu, args.trainer_memory or args.memory,
+                         args.gpus)
     volumes = (PvcVolume(args.pvc_name, args.pvc_mount_path),) if args.pvc_name else ()
     affinity = json.loads(args.affinity) if args.affinity else None
     return TrainJobSpec(
@@ -75,7 +87,7 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
         train_config={"epochs": args.epochs, "batch_size": args.batch_size, "learning_rate": args.lr},
         pserver_resources=pserver, trainer_resources=trainer, queue=args.queue,
         priority_class=args.priority_class or None, max_retry=args.max_retry,
-        ttl_seconds_after_finished=None if args.ttl < 0 else args.ttl,
+        ttl_seconds_after_finished=None if args.ttl == -1 else args.ttl,
         schedule_timeout_s=args.schedule_timeout,
         node_selector=parse_key_values(args.node_selector, "--node-selector"),
         tolerations=tuple(_json_list(args.tolerations, "--tolerations")) if args.tolerations else (),

@@ -86,7 +86,7 @@ def cli_train(args: Any) -> int:
         pvc_mount_path=opt("pvc_mount_path", "/mnt/ctr"), schedule_timeout_s=opt("schedule_timeout", 600),
         run_id=opt("run_id"), task_name=opt("task_name", "train-ctr"), job_name=opt("job_name"),
         service_account=opt("service_account"), cpu=opt("cpu", "1"), memory=opt("memory", "2Gi"),
-        gpus=opt("gpus", 0), ttl_seconds_after_finished=None if ttl is not None and ttl < 0 else ttl,
+        gpus=opt("gpus", 0), ttl_seconds_after_finished=None if ttl == -1 else ttl,
         kubeconfig=opt("kubeconfig"), context=opt("context"), poll_s=opt("poll", 5.0),
         explain_every_s=opt("explain_every", 30.0), config=config)
     result = run_training_step(args.data, args.model_out, params)

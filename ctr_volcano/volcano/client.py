@@ -76,7 +76,8 @@ class KubeClient:
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> "KubeClient":
         """A client from the pod's service account (inside a KFP step)."""
-        from kubernetes import client as k8s, config
+        from kubernetes import client as k8s
+        from kubernetes import config
 
         cfg = k8s.Configuration()
         try:

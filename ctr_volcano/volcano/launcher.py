@@ -269,7 +269,7 @@ class VolcanoLauncher:
                     if self._watched_phase not in ("", "Completing", "Completed"):
                         self._capture_failures([pod], self._watched_retry)
                 done.wait(0.5)
-            except Exception:  # noqa: BLE001 - the poll still sees what the watch misses
+            except Exception:
                 done.wait(1.0)
 
     def _poll(self) -> Dict[str, Any]:
@@ -369,9 +369,9 @@ class VolcanoLauncher:
             if key in seen:
                 continue
             seen.add(key)
-            obj = ev.get("involvedObject") or {}
-            lines.append(f"{ev.get('type', '')} {ev.get('reason', '')} {obj.get('kind', '')}/"
-                         f"{obj.get('name', '')}: {ev.get('message', '')}")
+            involved = ev.get("involvedObject") or {}
+            lines.append(f"{ev.get('type', '')} {ev.get('reason', '')} {involved.get('kind', '')}/"
+                         f"{involved.get('name', '')}: {ev.get('message', '')}")
             if len(lines) == 5:
                 break
         if lines:

@@ -29,6 +29,9 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
+_QUANTITY_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?")
+
+
 def _check_quantity(field_name: str, value: Optional[str]) -> None:
     if value is not None and not _QUANTITY.match(str(value)):
         raise BadInput(field_name, value, "use a Kubernetes quantity such as '500m', '2', '4Gi'")
@@ -60,6 +63,12 @@ class Resources:
         _check_quantity("memory", self.memory)
         _check_quantity("cpu_limit", self.cpu_limit)
         _check_quantity("memory_limit", self.memory_limit)
+        for name in ("cpu", "memory", "cpu_limit", "memory_limit"):
+            value = getattr(self, name)
+            number = _QUANTITY_NUMBER.match(str(value)) if value is not None else None
+            if number is not None and float(number.group()) == 0:
+                raise BadInput(name, value, "use a positive quantity: a zero limit makes every pod "
+                                            "unschedulable or OOM-killed at once")
         if not isinstance(self.gpu, int) or self.gpu < 0:
             raise BadInput("gpu", self.gpu, "use a whole number of GPUs >= 0")
         if "/" not in self.gpu_resource:
@@ -279,7 +288,10 @@ class TrainJobSpec:
         if self.ttl_seconds_after_finished is not None and (
                 not isinstance(self.ttl_seconds_after_finished, int) or self.ttl_seconds_after_finished < 0):
             raise BadInput("ttl_seconds_after_finished", self.ttl_seconds_after_finished,
-                           "use seconds >= 0, or None to keep finished jobs")
+                           "use seconds >= 0; to keep finished Jobs pass -1 (command line, pipeline) or None (Python)")
+        if self.pserver_resources.gpu:
+            raise BadInput("pserver_resources.gpu", self.pserver_resources.gpu,
+                           "pservers only serve tables and never use a GPU: set GPUs on the trainers")
         if not isinstance(self.schedule_timeout_s, int) or self.schedule_timeout_s < 1:
             raise BadInput("schedule_timeout_s", self.schedule_timeout_s, "use seconds >= 1")
         for name in ("ps_port", "gloo_port"):
@@ -313,9 +325,9 @@ class TrainJobSpec:
             raise BadInput("volumes", mounts, "give every volume its own mount_path")
         if any(m == "/etc/volcano" or m.startswith("/etc/volcano/") for m in mounts):
             raise BadInput("volumes", mounts, "do not mount over /etc/volcano (Volcano's svc plugin uses it)")
-        for item in self.env_from_secrets:
-            if not isinstance(item, SecretEnv):
-                raise BadInput("env_from_secrets", item, "pass SecretEnv objects")
+        for secret_env in self.env_from_secrets:
+            if not isinstance(secret_env, SecretEnv):
+                raise BadInput("env_from_secrets", secret_env, "pass SecretEnv objects")
         for key, _ in self.env:
             if not _ENV_NAME.match(str(key)):
                 raise BadInput("env", key, "use valid environment variable names")

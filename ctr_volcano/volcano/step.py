@@ -7,6 +7,7 @@ component's parameters as one frozen, validated object; KFP's ``""``/``-1`` sent
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -15,6 +16,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ctr_volcano.errors import BadInput
 from ctr_volcano.volcano.task_config import EMPTY, TaskPodConfig
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "check_claims", "train_config_of",
            "run_owner_references"]
@@ -154,12 +157,12 @@ class StepParams:
 
     @classmethod
     def from_component(cls, **kwargs: Any) -> "StepParams":
-        """Build from KFP parameters: ``""`` means unset; a negative TTL means keep the Job; a
+        """Build from KFP parameters: ``""`` means unset; a TTL of -1 means keep the Job; a
         ``dsl.TaskConfig`` is parsed with :meth:`TaskPodConfig.from_kfp`."""
         clean = {k: _none_if_empty(v) for k, v in kwargs.items() if k != "task_config"}
         clean["task_config"] = TaskPodConfig.from_kfp(kwargs.get("task_config"))
         ttl = clean.get("ttl_seconds_after_finished")
-        if ttl is not None and int(ttl) < 0:
+        if ttl is not None and int(ttl) == -1:   # KFP's "unset"; other negatives are refused
             clean["ttl_seconds_after_finished"] = None
         for key in ("queue", "pvc_mount_path", "cpu", "memory"):
             if clean.get(key) is None:
@@ -239,6 +242,7 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
     from ctr_model.config import ConfigError, TrainConfig
     from ctr_model.data import DataError, resolve_split
     from ctr_model.features import SchemaMismatch
+    from ctr_model.train import check_test_split
 
     try:
         TrainConfig.from_dict(train_config_of(params))
@@ -246,6 +250,8 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
         raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
     try:
         split = resolve_split(data_path, "train")
+        if split is not None:
+            check_test_split(data_path, split)
     except (DataError, SchemaMismatch) as exc:
         raise BadInput("train_data", data_path, str(exc)) from None
     if split is not None and len(split.files) < params.trainers:
@@ -271,7 +277,7 @@ def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str]
         client: a :class:`~ctr_volcano.volcano.client.KubeClient`.
         namespace: the Job's namespace (owner and dependent must share it).
         pod_name: this step's pod; default ``$KFP_POD_NAME``, else ``$HOSTNAME`` inside a pod.
-        log: progress sink.
+        log: progress sink (default: this module's logger).
     """
     from ctr_volcano.errors import CtrVolcanoError
 
@@ -298,7 +304,7 @@ def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str]
 
 def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
                       on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
-                      log: Callable[[str], None] = print, client: Any = None,
+                      log: Optional[Callable[[str], None]] = None, client: Any = None,
                       init_model: Optional[str] = None) -> Any:
     """Train with ``params.backend`` and leave the exported model in ``model_dir``.
 
@@ -307,7 +313,7 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
         model_dir: where the exported model must end up (the KFP Model output path).
         params: the step's parameters.
         on_identity: called once with the gang's identity (written to the ``job_info`` output).
-        log: progress sink.
+        log: progress sink (default: this module's logger).
         client: Volcano only: a ready :class:`~ctr_volcano.volcano.client.KubeClient` (tests, the
             cluster harness); default: built from ``params.kubeconfig``/in-cluster config.
         init_model: an exported model to warm-start from (both backends); on Volcano it is copied
@@ -316,6 +322,7 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
     Returns:
         A ``ctr_volcano.training.TrainResult`` (``model_dir``, ``metrics``, ``output_dir``, ``attempts``).
     """
+    log = log or logger.info
     if params.backend == "local":
         from ctr_volcano.training import train_local
 

@@ -238,7 +238,7 @@ def role_resources(task: TaskPodConfig, *, cpu: str, memory: str, gpus: int) -> 
         request, limit = task.amount("requests", name), task.amount("limits", name)
         if request is None and limit is None:
             return fallback, None
-        return (request or limit), limit
+        return request or limit or fallback, limit
 
     cpu_request, cpu_limit = pick("cpu", cpu)
     mem_request, mem_limit = pick("memory", memory)

@@ -191,7 +191,7 @@ class LauncherThread:
     def _run(self) -> None:
         try:
             self.result = self.launcher.run()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
+        except BaseException as exc:  # handed to the test
             self.error = exc
         finally:
             self.client.close()

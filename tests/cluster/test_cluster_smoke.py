@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.helpers import (bound_pods, get_job, get_podgroups, job_pods, plain_job,
-                                   pod_phases, set_outcome, wait_for)
+from tests.cluster.helpers import (
+    bound_pods,
+    get_job,
+    get_podgroups,
+    job_pods,
+    plain_job,
+    pod_phases,
+    set_outcome,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 

@@ -21,9 +21,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.helpers import (GangMonitor, LauncherThread, bound_pods, finish_trainers, get_job,
-                                   get_podgroups, job_phase, job_pods, make_spec, running_pods,
-                                   set_outcome, wait_for)
+from tests.cluster.helpers import (
+    GangMonitor,
+    LauncherThread,
+    bound_pods,
+    finish_trainers,
+    get_job,
+    get_podgroups,
+    job_phase,
+    job_pods,
+    make_spec,
+    running_pods,
+    set_outcome,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 

@@ -13,8 +13,15 @@ import time
 
 import pytest
 
-from tests.cluster.helpers import (LauncherThread, bound_pods, finish_trainers, job_phase, job_pods,
-                                   running_pods, wait_for)
+from tests.cluster.helpers import (
+    LauncherThread,
+    bound_pods,
+    finish_trainers,
+    job_phase,
+    job_pods,
+    running_pods,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 

@@ -186,11 +186,12 @@ def _kwok_crd_file(plural: str) -> Path:
 
 def _write_certs(pki: Path) -> Dict[str, Path]:
     """Mint a CA, a serving certificate for 127.0.0.1 and a service-account key pair."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-    import ipaddress
 
     pki.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -379,13 +380,13 @@ class MiniCluster:
         if self._api_client is not None:
             try:
                 self._api_client.close()
-            except Exception:  # noqa: BLE001 - closing a pool of a dead server
+            except Exception:  # closing a pool of a dead server
                 pass
         if self._own_workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         try:
             atexit.unregister(self.stop)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     def alive(self) -> Dict[str, bool]:
@@ -437,7 +438,7 @@ class MiniCluster:
             try:
                 if probe():
                     return
-            except Exception:  # noqa: BLE001 - not ready yet
+            except Exception:  # not ready yet
                 pass
             if time.monotonic() > deadline:
                 raise ClusterError(f"timed out waiting for {what}; log {self.logs[owner]}:\n"

@@ -466,7 +466,7 @@ class Agent:
         while not self.stop_event.is_set():
             try:
                 self._sync()
-            except Exception:  # noqa: BLE001 - a transient API error must not stop the node
+            except Exception:
                 LOG.exception("sync failed; retrying")
             self.stop_event.wait(self.poll_s)
 

@@ -1,0 +1,86 @@
+"""Calibration in the large: the exported model's mean prediction equals the training click rate.
+
+A logistic model at its optimum satisfies this exactly (the loss gradient of the output bias is
+``mean(p) - mean(y)``), but asynchronous parameter-server SGD stops wherever the last updates left
+it: on the committed 21k-row sample, repeated runs ended with mean predictions from 23.6% to 34.8%
+for a 25.2% training click rate. So after training, trainer 0 scores (a bounded sample of) the
+training split with the exported model and shifts the output bias by the one scalar that restores
+the condition. Ranking (AUC) is unchanged; log loss can only improve on the training data.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Sequence
+
+import numpy as np
+
+__all__ = ["intercept_shift", "calibrate_export", "MAX_CALIBRATION_ROWS"]
+
+#: Rows scored to measure the mean prediction (spread over every shard); the click rate of a million
+#: rows is known to +-0.05 percentage points, and scoring them takes seconds.
+MAX_CALIBRATION_ROWS = 1_000_000
+
+
+def intercept_shift(probs: Any, target_rate: float, iterations: int = 50) -> float:
+    """The logit offset ``d`` with ``mean(sigmoid(logit(probs) + d)) == target_rate`` (Newton's method).
+
+    Args:
+        probs: predicted probabilities.
+        target_rate: the observed click rate, strictly between 0 and 1.
+    """
+    if not 0.0 < target_rate < 1.0:
+        raise ValueError(f"target_rate={target_rate!r}: needs both clicks and non-clicks")
+    p = np.clip(np.asarray(probs, dtype=np.float64).reshape(-1), 1e-12, 1 - 1e-12)
+    logits = np.log(p) - np.log1p(-p)
+    shift = 0.0
+    for _ in range(iterations):
+        q = 1.0 / (1.0 + np.exp(-(logits + shift)))
+        gap = q.mean() - target_rate
+        slope = max(float((q * (1.0 - q)).mean()), 1e-12)   # d mean(q) / d shift, always > 0
+        shift -= gap / slope
+        if abs(gap) < 1e-9:
+            break
+    return float(shift)
+
+
+def calibrate_export(model_dir: str, train_files: Sequence[str],
+                     max_rows: int = MAX_CALIBRATION_ROWS) -> Dict[str, Any]:
+    """Shift the exported model's output bias so its mean prediction on training rows is their rate.
+
+    Reads up to ``max_rows`` rows, the same share from the start of every shard, scores them with
+    :func:`ctr_model.infer.load_model`, rewrites ``dense.npz`` with ``out.b[1] += shift`` and returns
+    what it did (also recorded by the caller in ``model_meta.json``).
+    """
+    import pyarrow.parquet as pq
+
+    from ctr_model.infer import DENSE_FILE, load_model
+
+    scorer = load_model(model_dir)
+    per_file = max(1, max_rows // max(1, len(train_files)))
+    labels, probs = [], []
+    for path in train_files:
+        taken = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=min(per_file, 65536)):
+            batch = batch.slice(0, per_file - taken)
+            labels.append(np.asarray(batch.column("label").to_numpy(zero_copy_only=False)))
+            probs.append(scorer.predict(batch))
+            taken += batch.num_rows
+            if taken >= per_file:
+                break
+    y = np.concatenate(labels) if labels else np.zeros(0)
+    p = np.concatenate(probs) if probs else np.zeros(0)
+    rate = float(y.mean()) if y.size else float("nan")
+    if not 0.0 < rate < 1.0:
+        return {"rows": int(y.size), "shift": 0.0, "skipped": "single-class training sample"}
+    shift = intercept_shift(p, rate)
+    path = os.path.join(model_dir, DENSE_FILE)
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    bias = arrays["out.b"].astype(np.float64)
+    bias[1] += shift
+    arrays["out.b"] = bias.astype(arrays["out.b"].dtype)
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return {"rows": int(y.size), "click_rate": round(rate, 6), "mean_prediction_before": round(float(p.mean()), 6),
+            "shift": round(shift, 6)}
