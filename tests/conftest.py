@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The real S3 server (SeaweedFS) fixtures: s3_server, s3_bucket.
+pytest_plugins = ["tests.s3store"]
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "data" / "sample"
 
