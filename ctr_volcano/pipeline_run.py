@@ -332,9 +332,9 @@ def check_kfp_host(host: str, timeout_s: float = 10.0) -> None:
     import urllib.error
     import urllib.request
 
-    url = host.rstrip("/") + "/apis/v2beta1/healthz"
     if not re.match(r"https?://[^/]+", host):
         raise BadInput("--host", host, "give the KFP API's URL, e.g. http://localhost:8080")
+    url = host.rstrip("/") + "/apis/v2beta1/healthz"
     fix_forward = ("start the KFP API or its port-forward (`kubectl -n kubeflow port-forward "
                    "svc/ml-pipeline-ui 8080:80`), or fix the URL")
     try:

@@ -87,3 +87,9 @@ def test_run_with_bad_raw_data_fails_clearly_in_the_prep_step(tmp_path, capsys):
     scratch = re.search(r"scratch files \(gang logs\) under (\S+)", err)[1]
     assert os.path.isdir(scratch)  # kept for diagnosis after a failure
     shutil.rmtree(scratch)
+
+
+def test_submit_refuses_a_host_without_scheme(capsys):
+    assert cli.main(["submit", "--host", "localhost:8080"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--host='localhost:8080'" in err and "http://localhost:8080" in err
