@@ -27,12 +27,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted
+from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted, TransientError
 
 __all__ = [
     "LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes",
     "default_sample_dir", "pipeline_parameters", "parse_params", "run_local", "run_in_kfp_local",
-    "compile_all", "compiled_files", "submit", "PIPELINES", "pipeline_func", "default_submit_pipeline",
+    "compile_all", "compiled_files", "check_kfp_host", "submit", "PIPELINES", "pipeline_func",
+    "default_submit_pipeline",
 ]
 
 #: What ``ctr-volcano run`` changes from the pipeline's (cluster-oriented) defaults: train with local
@@ -412,6 +413,77 @@ def default_submit_pipeline(cron: Optional[str]) -> str:
     return "retraining" if cron is not None else "training"
 
 
+def _server_reason(status: Optional[int], reason: Any, body: Any) -> str:
+    """The KFP API server's own words for a failed call: its JSON ``error_message``/``message``, else
+    the HTTP status line, on one line."""
+    text = ""
+    if body:
+        raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        try:
+            doc = json.loads(raw)
+            text = str(doc.get("error_message") or doc.get("message") or "") if isinstance(doc, dict) else ""
+        except ValueError:
+            text = raw if len(raw) < 300 else raw[:300] + "..."
+    text = " ".join((text or str(reason or "")).split())
+    return f"HTTP {status}: {text}" if status else text
+
+
+@contextlib.contextmanager
+def _kfp_call(host: str, what: str) -> Iterator[None]:
+    """Turn a failed ``kfp.Client`` call into one line naming the step and the server's reason.
+
+    An HTTP answer (the server refused the request) is :class:`BadInput`; no answer at all (the
+    server went away mid-submit) is :class:`TransientError`.
+    """
+    import kfp_server_api
+    import urllib3
+
+    try:
+        yield
+    except kfp_server_api.ApiException as exc:
+        raise BadInput(what, host, f"the KFP API server refused it: "
+                                   f"{_server_reason(exc.status, exc.reason, exc.body)}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise TransientError(f"{what}: the KFP API server at {host} stopped answering "
+                             f"({' '.join(str(exc).split())}); retry when it is back") from None
+
+
+def check_kfp_host(host: str, timeout_s: float = 10.0) -> None:
+    """Fail fast, in one line, unless ``host`` answers KFP's ``/apis/v2beta1/healthz``.
+
+    ``kfp.Client`` probes the same endpoint when it is created, but retries a wrong answer five
+    times five seconds apart and then raises a bare ``TimeoutError``.
+
+    Raises:
+        BadInput: no server at ``host``, or a server that is not a KFP API (names what it answered).
+    """
+    import urllib.error
+    import urllib.request
+
+    if not re.match(r"https?://[^/]+", host):
+        raise BadInput("--host", host, "give the KFP API's URL, e.g. http://localhost:8080")
+    url = host.rstrip("/") + "/apis/v2beta1/healthz"
+    fix_forward = ("start the KFP API or its port-forward (`kubectl -n kubeflow port-forward "
+                   "svc/ml-pipeline-ui 8080:80`), or fix the URL")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            body = resp.read(65536)
+    except urllib.error.HTTPError as exc:
+        reason = _server_reason(exc.code, exc.reason, exc.read(2048))
+        raise BadInput("--host", host, f"not a KFP API endpoint: GET /apis/v2beta1/healthz answered "
+                                       f"{reason}; point --host at the KFP UI or ml-pipeline service") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise BadInput("--host", host, f"no KFP API answers there ({reason}); {fix_forward}") from None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise BadInput("--host", host, "not a KFP API endpoint: /apis/v2beta1/healthz did not answer "
+                                       "JSON; point --host at the KFP UI or ml-pipeline service")
+
+
 def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str] = None,
            cron: Optional[str] = None, max_concurrency: int = 1,
            params: Optional[Mapping[str, Any]] = None, namespace: Optional[str] = None,
@@ -440,6 +512,11 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
     Returns:
         ``{"kind": "run"|"recurring_run", "pipeline", "id", "experiment_id", "pipeline_id",
         "version_id", "version_name", "url"}``.
+
+    Raises:
+        BadInput: a bad flag (before any request), no KFP API at ``host``, or a request the server
+            refused (the message names the step and quotes the server's reason).
+        TransientError: the server stopped answering in the middle of the submit.
     """
     from kfp import Client, compiler
 
@@ -455,23 +532,30 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
             raise BadInput("params", key, f"not a parameter of the {pipeline} pipeline; known: "
                                           f"{', '.join(sorted(known))}")
     name = run_name or f"ctr-{pipeline}-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    client = client or Client(host=host, namespace=namespace or "kubeflow")
+    if client is None:
+        check_kfp_host(host)
+        with _kfp_call(host, "connect"):
+            client = Client(host=host, namespace=namespace or "kubeflow")
     with tempfile.TemporaryDirectory(prefix="ctr-submit-") as tmp:
         package = os.path.join(tmp, f"{PIPELINES[pipeline][1]}.yaml")
         compiler.Compiler().compile(func, package)
-        pipeline_id, version_id, version_name = _upload(client, package, namespace, pipeline)
-    exp_id = client.create_experiment(name=experiment, namespace=namespace).experiment_id
+        with _kfp_call(host, "upload"):
+            pipeline_id, version_id, version_name = _upload(client, package, namespace, pipeline)
+    with _kfp_call(host, "experiment"):
+        exp_id = client.create_experiment(name=experiment, namespace=namespace).experiment_id
     base = host.rstrip("/")
     common = {"pipeline": pipeline, "experiment_id": exp_id, "pipeline_id": pipeline_id,
               "version_id": version_id, "version_name": version_name}
     if cron is None:
-        res = client.run_pipeline(experiment_id=exp_id, job_name=name, pipeline_id=pipeline_id,
-                                  version_id=version_id, params=dict(params or {}),
-                                  service_account=service_account)
+        with _kfp_call(host, "run"):
+            res = client.run_pipeline(experiment_id=exp_id, job_name=name, pipeline_id=pipeline_id,
+                                      version_id=version_id, params=dict(params or {}),
+                                      service_account=service_account)
         return {"kind": "run", "id": res.run_id, **common, "url": f"{base}/#/runs/details/{res.run_id}"}
-    rec = client.create_recurring_run(
-        experiment_id=exp_id, job_name=name, cron_expression=cron, max_concurrency=max_concurrency,
-        no_catchup=True, params=dict(params or {}), pipeline_id=pipeline_id, version_id=version_id,
-        service_account=service_account)
+    with _kfp_call(host, "recurring run"):
+        rec = client.create_recurring_run(
+            experiment_id=exp_id, job_name=name, cron_expression=cron, max_concurrency=max_concurrency,
+            no_catchup=True, params=dict(params or {}), pipeline_id=pipeline_id, version_id=version_id,
+            service_account=service_account)
     return {"kind": "recurring_run", "id": rec.recurring_run_id, **common,
             "url": f"{base}/#/recurringrun/details/{rec.recurring_run_id}"}

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# The real S3 server (SeaweedFS) fixtures: s3_server, s3_bucket; the real KFP API server: kfp_server.
+pytest_plugins = ["tests.s3store", "tests.cluster.kfp_fixtures"]
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "data" / "sample"
 

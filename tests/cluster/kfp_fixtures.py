@@ -1,0 +1,82 @@
+"""Pytest plugin: the real KFP API server (2.14.3, built from its Go module) on the mini cluster.
+
+Loaded from ``tests/conftest.py``. The server is built (or found in the cache) once, before the
+first test, and only when a selected test uses :func:`kfp_server`, so its cold build (minutes) is
+neither counted against the per-test timeout nor paid by runs that do not need it. For the session
+it runs beside MariaDB (Debian's ``mariadbd``) and the SeaweedFS S3 server of ``tests/s3store.py``,
+against the session's mini cluster; everything listens on 127.0.0.1 (the server's gRPC port on
+every interface, see ``tools/kfpserver/kfpserver.py``) and is stopped by PID at the end.
+
+Skipped, with the reason, when ``go`` or MariaDB is missing; a failed build or start fails the tests.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "kfpserver"))
+
+import kfpserver  # noqa: E402  (tools/kfpserver is not a package)
+
+__all__ = ["kfp_server"]
+
+_BUILD: Dict[str, object] = {}
+
+
+def pytest_collection_finish(session):
+    if not any("kfp_server" in getattr(i, "fixturenames", ()) for i in session.items):
+        return
+    if shutil.which("go") is None:
+        _BUILD["skip"] = "the KFP API server tests need the 'go' tool (Go >= 1.25) to build it"
+        return
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    t0 = time.monotonic()
+    with capman.global_and_fixture_disabled():
+        print("\nkfpserver: preparing the KFP API server (tools/kfpserver/build.sh)", file=sys.stderr,
+              flush=True)
+        try:
+            _BUILD["root"] = kfpserver.build_server(stream=sys.stderr)
+        except kfpserver.KfpServerError as exc:
+            _BUILD["error"] = str(exc)
+        print(f"kfpserver: API server ready after {time.monotonic() - t0:.0f}s", file=sys.stderr,
+              flush=True)
+
+
+@pytest.fixture(scope="session")
+def kfp_server(cluster, s3_server, tmp_path_factory):
+    """A running :class:`kfpserver.KfpApiServer` (``.host`` for ``kfp.Client``/``--host``)."""
+    if "skip" in _BUILD:
+        pytest.skip(str(_BUILD["skip"]))
+    if "error" in _BUILD:
+        pytest.fail(f"building the KFP API server failed: {_BUILD['error']}")
+    missing = kfpserver.mariadb_missing()
+    if missing:
+        pytest.skip(f"the KFP API server tests need MySQL: {missing}")
+    root = Path(str(_BUILD.get("root") or kfpserver.build_server()))
+    work = tmp_path_factory.mktemp("kfp")
+    t0 = time.monotonic()
+    db = kfpserver.MariaDB.start(work / "db")
+    server = None
+    try:
+        kfpserver.prepare_cluster(cluster.api_client(), root / "crd")
+        server = kfpserver.KfpApiServer.start(
+            root, work, kubeconfig=cluster.kubeconfig, db_port=db.port, s3_endpoint=s3_server.endpoint,
+            s3_access_key=s3_server.access_key, s3_secret_key=s3_server.secret_key,
+            s3_region=s3_server.region)
+        print(f"\nkfpserver: MariaDB + KFP API server {kfpserver.KFP_VERSION} up in "
+              f"{time.monotonic() - t0:.1f}s (server alone {server.timings['ready_s']:.1f}s)",
+              file=sys.stderr, flush=True)
+        yield server
+    finally:
+        procs = [p for p in (server.proc if server else None, db.proc) if p is not None]
+        if server is not None:
+            server.stop()
+        db.stop()
+        left = [p.pid for p in procs if p.poll() is None]
+        assert not left, f"KFP API server / MariaDB processes left running: {left}"

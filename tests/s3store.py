@@ -1,0 +1,75 @@
+"""Pytest plugin: a real S3 server (SeaweedFS ``weed``, built from its Go module) for the tests.
+
+Loaded from ``tests/conftest.py``. ``weed`` is built (or found in the cache) once, before the first
+test, and only when a selected test uses :func:`s3_server` (directly or through :func:`s3_bucket`),
+so a cold build (minutes) is neither counted against the per-test timeout nor paid by runs that do
+not need it. The server runs on 127.0.0.1 for the session; each test gets its own bucket.
+
+Skipped only when the ``go`` tool is missing altogether; a failed build fails the tests.
+"""
+from __future__ import annotations
+
+import itertools
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools" / "s3server"))
+
+import s3server  # noqa: E402  (tools/s3server is not a package)
+
+__all__ = ["s3_server", "s3_bucket"]
+
+_BUILD: Dict[str, object] = {}
+_buckets = itertools.count()
+
+
+def _needs_s3(item) -> bool:
+    return bool({"s3_server", "s3_bucket"} & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_finish(session):
+    if not any(_needs_s3(i) for i in session.items):
+        return
+    if shutil.which("go") is None:
+        _BUILD["skip"] = "the S3 tests need the 'go' tool (Go >= 1.26.6) to build SeaweedFS"
+        return
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    t0 = time.monotonic()
+    with capman.global_and_fixture_disabled():
+        print("\ns3server: preparing SeaweedFS's weed (tools/s3server/build.sh)", file=sys.stderr,
+              flush=True)
+        try:
+            _BUILD["weed"] = s3server.build_weed(stream=sys.stderr)
+        except s3server.S3ServerError as exc:
+            _BUILD["error"] = str(exc)
+        print(f"s3server: weed ready after {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A running :class:`s3server.S3Server` (endpoint, access_key, secret_key, filesystem())."""
+    if "skip" in _BUILD:
+        pytest.skip(str(_BUILD["skip"]))
+    if "error" in _BUILD:
+        pytest.fail(f"building SeaweedFS failed: {_BUILD['error']}")
+    weed = _BUILD.get("weed") or s3server.build_weed()
+    server = s3server.S3Server.start(Path(str(weed)))
+    try:
+        yield server
+    finally:
+        proc = server.proc
+        server.stop()
+        assert proc is None or proc.poll() is not None, "weed survived stop()"
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A fresh, empty bucket for one test: ``s3://test-N-<time>``."""
+    name = f"test-{next(_buckets)}-{int(time.time() * 1000) % 10**8}"
+    return s3_server.create_bucket(name)
