@@ -473,8 +473,8 @@ def check_kfp_host(host: str, timeout_s: float = 10.0) -> None:
         raise BadInput("--host", host, f"not a KFP API endpoint: GET /apis/v2beta1/healthz answered "
                                        f"{reason}; point --host at the KFP UI or ml-pipeline service") from None
     except (urllib.error.URLError, OSError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise BadInput("--host", host, f"no KFP API answers there ({reason}); {fix_forward}") from None
+        cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise BadInput("--host", host, f"no KFP API answers there ({cause}); {fix_forward}") from None
     try:
         doc = json.loads(body)
     except ValueError:
