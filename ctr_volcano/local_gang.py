@@ -215,6 +215,7 @@ class LocalGang:
         self._procs: List[_Proc] = []
         self._t_attempt = 0.0
         self._caches: List[str] = []
+        self._workspace = None   # ctr_model.workspace.Workspace of spec.output_dir, opened on use
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> GangResult:
@@ -283,6 +284,10 @@ class LocalGang:
         # trainers' slot-text cache: inside the attempt dir, so a killed trainer's cache is removed
         base_env["CTR_CACHE_DIR"] = os.path.join(adir, "cache")
         self._caches.append(base_env["CTR_CACHE_DIR"])
+        # object-store runs: each role's scratch (its working copy of the outputs), removed likewise
+        if "CTR_SCRATCH_DIR" not in base_env:
+            base_env["CTR_SCRATCH_DIR"] = os.path.join(adir, "scratch")
+            self._caches.append(base_env["CTR_SCRATCH_DIR"])
         self.log(f"gang {self.gang_id}: attempt {attempt}: {spec.pservers} pserver(s) on ports "
                  f"{ports[:-1]}, {spec.trainers} trainer(s); logs in {adir}")
         now = time.time()
@@ -306,11 +311,16 @@ class LocalGang:
 
     def _stopped_by_trainer0(self) -> bool:
         from ctr_model.train import GANG_DIR
+        from ctr_model.workspace import open_workspace
 
+        if self._workspace is None:
+            self._workspace = open_workspace(self.spec.output_dir,
+                                             {**os.environ, **self.spec.extra_env})
         try:
-            return os.path.getmtime(os.path.join(self.spec.output_dir, GANG_DIR, "stop")) >= self._t_attempt
-        except OSError:
+            mtime = self._workspace.mtime(f"{GANG_DIR}/stop")
+        except (OSError, ValueError):
             return False
+        return mtime is not None and mtime >= self._t_attempt
 
     def _fail(self, phase: str, proc: _Proc, reason: str, code: Optional[int]) -> TrainingJobFailed:
         return TrainingJobFailed(self.spec.job_id, phase, reason, role=proc.name, exit_code=code,

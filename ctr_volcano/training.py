@@ -59,7 +59,9 @@ def train_local(data_dir: str, model_dir: str,
                 config: Union["TrainConfig", Mapping[str, Any], None] = None,  # noqa: F821
                 *, pservers: int = 2, trainers: int = 2, max_retry: int = 2,
                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, workdir: Optional[str] = None,
-                log: Callable[[str], None] = print, job_id: str = "ctr-local") -> TrainResult:
+                log: Callable[[str], None] = print, job_id: str = "ctr-local",
+                output_dir: Optional[str] = None,
+                store_env: Optional[Mapping[str, str]] = None) -> TrainResult:
     """Train the CTR DNN with ``pservers`` x ``trainers`` local processes and export it.
 
     Args:
@@ -75,6 +77,10 @@ def train_local(data_dir: str, model_dir: str,
             after success (logs and ``metrics.json`` stay).
         log: progress sink.
         job_id: gang name used in logs and errors.
+        output_dir: an ``s3://`` prefix for checkpoints, model and metrics instead of
+            ``workdir/output`` (a later call with the same prefix resumes from the store).
+        store_env: the object store's variables (``CTR_S3_ENDPOINT``, ``AWS_ACCESS_KEY_ID``, ...,
+            see :mod:`ctr_model.store`) for ``s3://`` data or output; default: this process's.
 
     Returns:
         :class:`TrainResult`.
@@ -86,39 +92,73 @@ def train_local(data_dir: str, model_dir: str,
     from ctr_model.data import DataError, resolve_split
     from ctr_volcano.local_gang import GangSpec, LocalGang
 
+    from ctr_model import store as s3
+
     cfg = _config_dict(config)
-    data_dir = os.path.abspath(os.fspath(data_dir))
-    try:
-        split = resolve_split(data_dir, "train")
-    except DataError as exc:
-        raise BadInput("data_dir", data_dir, str(exc)) from None
-    if len(split.files) < trainers:
-        raise BadInput("trainers", trainers, f"{split.path} has only {len(split.files)} shard(s); use at "
+    env = dict(os.environ if store_env is None else store_env)
+    client = None
+    if s3.is_uri(os.fspath(data_dir)) or (output_dir and s3.is_uri(output_dir)):
+        try:
+            client = s3.Store(s3.StoreConfig.from_env(env))
+        except s3.StoreError as exc:
+            raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
+    if s3.is_uri(os.fspath(data_dir)):
+        from ctr_model.workspace import remote_split
+
+        try:
+            split_uri, shards, _schema = remote_split(client, data_dir, "train")
+        except (DataError, s3.StoreError) as exc:
+            raise BadInput("data_dir", data_dir, str(exc)) from None
+        n_shards, hash_buckets = len(shards), 0
+    else:
+        data_dir = os.path.abspath(os.fspath(data_dir))
+        try:
+            split = resolve_split(data_dir, "train")
+        except DataError as exc:
+            raise BadInput("data_dir", data_dir, str(exc)) from None
+        split_uri, n_shards, hash_buckets = split.path, len(split.files), split.hash_buckets
+    if n_shards < trainers:
+        raise BadInput("trainers", trainers, f"{split_uri} has only {n_shards} shard(s); use at "
                                              f"most that many trainers or re-run prep with more shards")
-    if "hash_buckets" in cfg and split.hash_buckets and cfg["hash_buckets"] != split.hash_buckets:
+    if output_dir is not None and not s3.is_uri(output_dir):
+        raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
+                                                 "for a local output")
+    if output_dir:
+        try:
+            client.check_bucket(output_dir)
+        except s3.StoreError as exc:
+            raise BadInput("output_dir", output_dir, str(exc)) from None
+    if "hash_buckets" in cfg and hash_buckets and cfg["hash_buckets"] != hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
-                       f"the data was hashed into {split.hash_buckets} buckets; drop the field or use that")
+                       f"the data was hashed into {hash_buckets} buckets; drop the field or use that")
     own_workdir = not workdir
     workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")
-    output_dir = os.path.join(workdir, "output")
-    os.makedirs(output_dir, exist_ok=True)
+    in_store = bool(output_dir)
+    if not output_dir:
+        output_dir = os.path.join(workdir, "output")
+        os.makedirs(output_dir, exist_ok=True)
+    store_vars = {k: v for k, v in env.items() if k.startswith(("CTR_S3_", "AWS_"))} if client else {}
     spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
                     output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
-                    max_retry=max_retry, stall_timeout_s=stall_timeout_s)
+                    max_retry=max_retry, stall_timeout_s=stall_timeout_s, extra_env=store_vars)
     result = LocalGang(spec, log=log).run()
-    src = os.path.join(output_dir, "model")
     model_dir = os.path.abspath(os.fspath(model_dir))
     os.makedirs(model_dir, exist_ok=True)
     for name in os.listdir(model_dir):
         path = os.path.join(model_dir, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    shutil.copytree(src, model_dir, dirs_exist_ok=True)
-    with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
-        metrics = json.load(fh)
-    if own_workdir:
+    if in_store:
+        client.download(s3.join(output_dir, "model"), model_dir)
+        metrics = json.loads((client.read_bytes(s3.join(output_dir, "metrics.json")) or b"{}").decode())
+    else:
+        src = os.path.join(output_dir, "model")
+        shutil.copytree(src, model_dir, dirs_exist_ok=True)
+        with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
+            metrics = json.load(fh)
+    if own_workdir and not in_store:
         # nobody can resume from a temp dir: keep logs and metrics, drop the bulky tables
         shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
-        shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(os.path.join(output_dir, "model"), ignore_errors=True)
     metrics["attempts"] = result.attempts
     metrics["wall_seconds"] = round(result.seconds, 2)
     log(f"trained in {result.seconds:.1f}s ({result.attempts} attempt(s)); model in {model_dir}"
