@@ -7,7 +7,10 @@ Thin adapter over :func:`ctr_volcano.volcano.step.run_training_step`, which is t
 * ``backend="volcano"`` is a remote runner: it creates (or, for a retried step, re-attaches to) a
   gang-scheduled Volcano Job, streams its pods' logs into this step's log, explains a gang stuck
   Pending, deletes the Job on SIGTERM, and hands the model back through a shared ReadWriteMany PVC
-  that this step's pod must mount at ``pvc_mount_path`` (``kfp.kubernetes.mount_pvc``).
+  that this step's pod must mount at ``pvc_mount_path`` (``kfp.kubernetes.mount_pvc``), or, with
+  ``artifact_store="s3"``, through the object store: the gang reads ``train_data.uri`` and writes a
+  run-scoped prefix, with credentials from a Secret by reference (this step needs the same keys as
+  ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``: ``kfp.kubernetes.use_secret_as_env``).
 
 The job's identity is written to ``job_info`` as soon as it is known, and ``metrics.path`` always
 gets a JSON file (``kfp.local`` counts a Metrics output without a file as a cache miss).
@@ -38,8 +41,12 @@ def train_ctr(
     image: str = "",
     queue: str = "default",
     priority_class: str = "",
+    artifact_store: str = "pvc",
     pvc_name: str = "",
     pvc_mount_path: str = "/mnt/ctr",
+    s3_endpoint: str = "",
+    s3_secret: str = "",
+    s3_root: str = "",
     schedule_timeout_s: int = 600,
     run_id: str = "",
     task_name: str = "",
@@ -68,8 +75,16 @@ def train_ctr(
         image: Volcano only: the trainer image; empty means ctr_volcano.images.trainer_image().
         queue: Volcano only: the Volcano queue.
         priority_class: Volcano only: a PriorityClass name; empty for the cluster default.
+        artifact_store: Volcano only: "pvc" (a shared ReadWriteMany PVC) or "s3" (the object
+            store, no volume).
         pvc_name: Volcano only: a ReadWriteMany PVC mounted by this step and by the gang's pods.
         pvc_mount_path: Volcano only: where this step and the gang's pods mount the PVC.
+        s3_endpoint: Volcano, s3 only: the S3 API as the pods reach it; empty means KFP's store
+            (http://minio-service.kubeflow:9000).
+        s3_secret: Volcano, s3 only: the Secret (keys accesskey, secretkey) the gang's pods read
+            the credentials from; empty means KFP's own, mlpipeline-minio-artifact.
+        s3_root: Volcano, s3 only: s3://BUCKET/PREFIX for run directories (deleted after
+            success); empty means the data's bucket, ctr-runs/.
         schedule_timeout_s: Volcano only: seconds the gang may stay Pending before the step fails.
         run_id: Volcano only: the KFP run id (pass dsl.PIPELINE_JOB_ID_PLACEHOLDER); names the Job
             so a retried step re-attaches instead of creating a duplicate.
@@ -91,7 +106,9 @@ def train_ctr(
         backend=backend, pservers=pservers, trainers=trainers, epochs=epochs,
         batch_size=batch_size, learning_rate=learning_rate, max_retry=max_retry,
         namespace=namespace, image=image, queue=queue, priority_class=priority_class,
-        pvc_name=pvc_name, pvc_mount_path=pvc_mount_path, schedule_timeout_s=schedule_timeout_s,
+        artifact_store=artifact_store, pvc_name=pvc_name, pvc_mount_path=pvc_mount_path,
+        s3_endpoint=s3_endpoint, s3_secret=s3_secret, s3_root=s3_root,
+        schedule_timeout_s=schedule_timeout_s,
         run_id=run_id, task_name=task_name, service_account=service_account, cpu=cpu,
         memory=memory, gpus=gpus, ttl_seconds_after_finished=ttl_seconds_after_finished,
         poll_s=poll_interval_s)
@@ -103,7 +120,9 @@ def train_ctr(
             job_info.metadata[key] = value
 
     os.makedirs(model.path, exist_ok=True)
-    result = run_training_step(train_data.path, model.path, params, on_identity=record_identity)
+    # object-store mode hands the gang the artifact's URI, not this pod's local copy
+    data = train_data.uri if params.backend == "volcano" and params.artifact_store == "s3" else train_data.path
+    result = run_training_step(data, model.path, params, on_identity=record_identity)
     numeric = {k: v for k, v in dict(result.metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     numeric["attempts"] = result.attempts
