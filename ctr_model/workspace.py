@@ -169,7 +169,7 @@ class StoreWorkspace(Workspace):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{sorted(waiting)} did not upload {rel} to {self.uri(rel)} "
                                    f"within {timeout_s:.0f}s (CTR_PUBLISH_TIMEOUT_S); see their logs")
-            time.sleep(0.2)
+            time.sleep(0.05)
 
 
 class PublishResponder:
@@ -182,7 +182,7 @@ class PublishResponder:
     present when it starts belong to earlier attempts and are ignored.
     """
 
-    def __init__(self, workspace: StoreWorkspace, role: str, interval_s: float = 0.3):
+    def __init__(self, workspace: StoreWorkspace, role: str, interval_s: float = 0.1):
         self.ws, self.role, self.interval_s = workspace, role, interval_s
         self.proc: Optional[subprocess.Popen] = None
 
@@ -328,7 +328,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--root", required=True)
     parser.add_argument("--role", required=True)
     parser.add_argument("--parent", type=int, required=True)
-    parser.add_argument("--interval", type=float, default=0.3)
+    parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--seen", default="")
     args = parser.parse_args(argv)
     ws = StoreWorkspace(args.uri, s3.Store(s3.StoreConfig.from_env()), root=args.root)
