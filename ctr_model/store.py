@@ -249,26 +249,59 @@ class Store:
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 
-    def download(self, uri: str, local_path: str) -> None:
-        """Stream one object, or every object under a prefix, to ``local_path``."""
+    def _copy(self, src_fs, src: str, dst_fs, dst: str) -> None:
+        """Stream one file in ``COPY_CHUNK`` pieces; closes the output explicitly, so an upload
+        the server refuses raises here (a stream closed by its destructor only logs the error)."""
+        with src_fs.open_input_stream(src) as fin:
+            out = dst_fs.open_output_stream(dst)
+            try:
+                while True:
+                    chunk = fin.read(COPY_CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+            except BaseException:
+                try:
+                    out.close()
+                except OSError:
+                    pass
+                raise
+            out.close()
+
+    def _tree(self, fs, base: str) -> List[str]:
+        """Relative paths of the files under ``base`` (``[""]`` when ``base`` is a file)."""
         from pyarrow import fs as pafs
 
-        os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
+        info = fs.get_file_info(base)
+        if info.type == pafs.FileType.File:
+            return [""]
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(base)
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        return sorted(i.path[len(base.rstrip("/")) + 1:] for i in infos if i.type == pafs.FileType.File)
+
+    def download(self, uri: str, local_path: str) -> None:
+        """Stream one object, or every object under a prefix, to ``local_path``."""
+        src = self._path(uri).rstrip("/")
+        dst = os.path.abspath(local_path)
         try:
-            pafs.copy_files(self._path(uri), os.path.abspath(local_path),
-                            source_filesystem=self.fs, destination_filesystem=self.local,
-                            chunk_size=COPY_CHUNK, use_threads=False)
+            for rel in self._tree(self.fs, src):
+                target = os.path.join(dst, rel) if rel else dst
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                self._copy(self.fs, f"{src}/{rel}" if rel else src, self.local, target)
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 
     def upload(self, local_path: str, uri: str) -> None:
         """Stream one file, or a directory tree, from ``local_path`` to ``uri``."""
-        from pyarrow import fs as pafs
-
+        src = os.path.abspath(local_path)
+        dst = self._path(uri).rstrip("/")
         try:
-            pafs.copy_files(os.path.abspath(local_path), self._path(uri),
-                            source_filesystem=self.local, destination_filesystem=self.fs,
-                            chunk_size=COPY_CHUNK, use_threads=True)
+            for rel in self._tree(self.local, src):
+                self._copy(self.local, os.path.join(src, rel) if rel else src, self.fs,
+                           f"{dst}/{rel}" if rel else dst)
+        except FileNotFoundError as exc:
+            raise StoreError(f"{local_path}: nothing to upload ({exc})") from None
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 

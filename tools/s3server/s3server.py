@@ -176,11 +176,15 @@ class S3Server:
         config_path = root / "s3.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")
         config_path.chmod(0o600)
+        # weed reads master.toml from its working directory: grow one volume per new bucket (a
+        # bucket is a collection; the default, 7, exhausts -volume.max after a few test buckets and
+        # then every upload to a new bucket fails with InternalError)
+        (root / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\n", encoding="utf-8")
         (master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc) = _free_ports(8)
         (root / "data").mkdir(exist_ok=True)
         args = [
             str(weed), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
-            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=64",
+            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=256",
             f"-master.port={master}", f"-master.port.grpc={master_grpc}",
             f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
             "-volume.preStopSeconds=0",   # default 10: every stop() would wait that long
