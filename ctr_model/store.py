@@ -19,12 +19,14 @@ Every failure is a :class:`StoreError` whose one-line message names the URI and 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 from urllib.parse import urlparse
 
 __all__ = ["StoreError", "StoreConfig", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
-           "ENV_ENDPOINT", "ENV_REGION", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY"]
+           "ENV_ENDPOINT", "ENV_REGION", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
+           "UPLOAD_THREADS"]
 
 ENV_ENDPOINT = "CTR_S3_ENDPOINT"
 ENV_REGION = "CTR_S3_REGION"
@@ -34,6 +36,8 @@ ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
 ADDRESSING = ("path", "virtual")
 #: Bytes per read/write when copying between the store and local files.
 COPY_CHUNK = 4 << 20
+#: Files uploaded at once (memory stays below UPLOAD_THREADS x COPY_CHUNK plus the SDK's buffers).
+UPLOAD_THREADS = 4
 
 
 class StoreError(ValueError):
@@ -297,9 +301,12 @@ class Store:
         src = os.path.abspath(local_path)
         dst = self._path(uri).rstrip("/")
         try:
-            for rel in self._tree(self.local, src):
-                self._copy(self.local, os.path.join(src, rel) if rel else src, self.fs,
-                           f"{dst}/{rel}" if rel else dst)
+            rels = self._tree(self.local, src)
+            # a checkpoint is many small files: a few PUTs in flight hide the per-request latency
+            with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(rels) or 1)) as pool:
+                for future in [pool.submit(self._copy, self.local, os.path.join(src, rel) if rel else src,
+                                           self.fs, f"{dst}/{rel}" if rel else dst) for rel in rels]:
+                    future.result()
         except FileNotFoundError as exc:
             raise StoreError(f"{local_path}: nothing to upload ({exc})") from None
         except OSError as exc:
