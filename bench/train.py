@@ -18,7 +18,13 @@ All three run in this invocation, one after the other, ``--repeat`` times; the b
 counts (the box is shared, so the best run is the least disturbed one). Last line:
 ``RESULT ratio_bare=a/b ratio_single=a/c ex_per_s=a``.
 
-Usage: python bench/train.py [--data PREP_DIR] [--rows 200000] [--epochs 1] [--repeat 2]
+``--store s3`` instead compares (a) on a shared local directory with (a) through the object store
+(a SeaweedFS ``weed`` on loopback, ``tools/s3server``): the same data uploaded to a bucket, each
+trainer downloading its own shards, checkpoints and model uploaded, alternating runs. The ratio is
+of end-to-end examples/s (start-up, downloads, checkpoints, export and uploads included: what the
+store costs). Last line: ``RESULT ratio_s3_vs_local=s3/local e2e_local=... e2e_s3=...``.
+
+Usage: python bench/train.py [--data PREP_DIR] [--rows 200000] [--epochs 1] [--repeat 2] [--store s3]
 """
 from __future__ import annotations
 
@@ -114,12 +120,13 @@ def _single_role() -> int:
     return 0
 
 
-def run_ours(data: str, config: dict, workdir: str) -> dict:
+def run_ours(data: str, config: dict, workdir: str, output_dir=None, store_env=None) -> dict:
     from ctr_volcano.training import train_local
 
     t = time.time()
     result = train_local(data, os.path.join(workdir, "model"), config, pservers=2, trainers=2,
-                         max_retry=0, workdir=workdir, log=lambda m: None, job_id="bench-ours")
+                         max_retry=0, workdir=workdir, log=lambda m: None, job_id="bench-ours",
+                         output_dir=output_dir, store_env=store_env)
     wall = time.time() - t
     starts, ends, n = [], [], 0
     for hist in result.metrics["per_trainer"].values():
@@ -207,6 +214,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--config", default="{}", help="TrainConfig overrides as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, models)")
+    parser.add_argument("--store", choices=("s3",), default=None,
+                        help="compare the shared-directory run with the object-store run instead")
     args = parser.parse_args()
 
     from ctr_model.config import TrainConfig
@@ -229,6 +238,8 @@ def main() -> int:
     rows_per_file = dict(converted)
     rows = sum(rows_per_file.values())
     print(f"data {split.path}: {rows} rows in {len(slot_files)} shards; config {json.dumps(full)}")
+    if args.store == "s3":
+        return _compare_store(data, config, work, args)
     best = {"ours": None, "bare": None, "single": None}
     for rep in range(args.repeat):
         for name in ("ours", "bare", "single"):
@@ -256,6 +267,50 @@ def main() -> int:
     else:
         print(f"work directory kept: {work}")
     print(f"RESULT ratio_bare={a / b:.3f} ratio_single={a / c:.3f} ex_per_s={a:.0f}")
+    return 0
+
+
+def _compare_store(data: str, config: dict, work: str, args) -> int:
+    """(a) on a local shared directory vs (a) reading and writing a real S3 server on loopback."""
+    import shutil
+
+    sys.path.insert(0, os.path.join(REPO, "tools", "s3server"))
+    import s3server
+
+    from ctr_model import store as s3
+
+    server = s3server.S3Server.start(s3server.build_weed())
+    try:
+        env = {**os.environ, "CTR_S3_ENDPOINT": server.endpoint, "CTR_S3_REGION": server.region,
+               "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key}
+        client = s3.Store(s3.StoreConfig.from_env(env))
+        bucket = server.create_bucket("bench")
+        t = time.time()
+        client.upload(data, s3.join(bucket, "prep"))
+        print(f"uploaded the prep output in {time.time() - t:.1f}s (not timed below)")
+        best = {"local": None, "s3": None}
+        for rep in range(args.repeat):
+            for name in ("local", "s3"):
+                wd = os.path.join(work, f"{name}-{rep}")
+                os.makedirs(wd)
+                if name == "local":
+                    r = run_ours(data, config, wd)
+                else:
+                    r = run_ours(s3.join(bucket, "prep"), config, wd,
+                                 output_dir=s3.join(bucket, f"run-{rep}"), store_env=env)
+                print(f"run {rep + 1} {name}: " + ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
+                    flush=True)
+                if best[name] is None or r["e2e_ex_per_s"] > best[name]["e2e_ex_per_s"]:
+                    best[name] = r
+    finally:
+        server.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    a, b = best["local"]["e2e_ex_per_s"], best["s3"]["e2e_ex_per_s"]
+    print(f"local shared dir: {a:.0f} ex/s end to end ({best['local']['ex_per_s']:.0f} in training); "
+          f"object store: {b:.0f} ex/s end to end ({best['s3']['ex_per_s']:.0f} in training)")
+    print(f"RESULT ratio_s3_vs_local={b / a:.3f} e2e_local={a:.0f} e2e_s3={b:.0f}")
     return 0
 
 

@@ -8,7 +8,10 @@ Thin adapter over :func:`ctr_volcano.volcano.step.run_training_step`, which is t
   gang-scheduled Volcano Job, streams its pods' logs into this step's log, explains a gang stuck
   Pending, deletes the Job on SIGTERM, and hands data and model over through a shared ReadWriteMany
   volume: the KFP run workspace (``workspace_path``), else a PVC this step mounts at
-  ``pvc_mount_path`` (``kfp.kubernetes.mount_pvc``).
+  ``pvc_mount_path`` (``kfp.kubernetes.mount_pvc``); or, with ``artifact_store="s3"``, through the
+  object store: the gang reads ``train_data.uri`` and writes a run-scoped prefix, with credentials
+  from a Secret by reference (this step needs the same keys as
+  ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``: ``kfp.kubernetes.use_secret_as_env``).
 
 Configured the KFP way (KFP >= 2.15): the task's resources, env, node selector, tolerations, node
 affinity and volumes, set with KFP's own API on the task, reach the gang's pods through
@@ -59,8 +62,12 @@ def train_ctr(
     image: str = "",
     queue: str = "default",
     priority_class: str = "",
+    artifact_store: str = "pvc",
     pvc_name: str = "",
     pvc_mount_path: str = "/mnt/ctr",
+    s3_endpoint: str = "",
+    s3_secret: str = "",
+    s3_root: str = "",
     schedule_timeout_s: int = 600,
     run_id: str = "",
     task_name: str = "",
@@ -94,9 +101,17 @@ def train_ctr(
         image: Volcano only: the trainer image; empty means ctr_volcano.images.trainer_image().
         queue: Volcano only: the Volcano queue.
         priority_class: Volcano only: a PriorityClass name; empty for the cluster default.
+        artifact_store: Volcano only: "pvc" (a shared ReadWriteMany volume: the run workspace or
+            pvc_name) or "s3" (the object store, no volume).
         pvc_name: Volcano only, without a run workspace: a ReadWriteMany PVC mounted by this step and
             by the gang's pods.
         pvc_mount_path: Volcano only: where this step and the gang's pods mount the PVC.
+        s3_endpoint: Volcano, s3 only: the S3 API as the pods reach it; empty means KFP's store
+            (http://minio-service.kubeflow:9000).
+        s3_secret: Volcano, s3 only: the Secret (keys accesskey, secretkey) the gang's pods read
+            the credentials from; empty means KFP's own, mlpipeline-minio-artifact.
+        s3_root: Volcano, s3 only: s3://BUCKET/PREFIX for run directories (deleted after
+            success); empty means the data's bucket, ctr-runs/.
         schedule_timeout_s: Volcano only: seconds the gang may stay Pending before the step fails.
         run_id: Volcano only: the KFP run id (pass dsl.PIPELINE_JOB_ID_PLACEHOLDER); names the Job
             so a retried step re-attaches instead of creating a duplicate.
@@ -128,7 +143,9 @@ def train_ctr(
         backend=backend, pservers=pservers, trainers=trainers, epochs=epochs,
         batch_size=batch_size, learning_rate=learning_rate, max_retry=max_retry,
         namespace=namespace, image=image, queue=queue, priority_class=priority_class,
-        pvc_name=pvc_name, pvc_mount_path=pvc_mount_path, schedule_timeout_s=schedule_timeout_s,
+        artifact_store=artifact_store, pvc_name=pvc_name, pvc_mount_path=pvc_mount_path,
+        s3_endpoint=s3_endpoint, s3_secret=s3_secret, s3_root=s3_root,
+        schedule_timeout_s=schedule_timeout_s,
         run_id=run_id, task_name=task_name, service_account=service_account, cpu=cpu,
         memory=memory, gpus=gpus, ttl_seconds_after_finished=ttl_seconds_after_finished,
         poll_s=poll_interval_s, workspace_path=workspace_path, task_config=task_config)
@@ -152,8 +169,9 @@ def train_ctr(
     elif init_model is not None:
         logging.info("train_ctr: no champion to warm-start from: cold start")
     os.makedirs(model.path, exist_ok=True)
-    result = run_training_step(train_data.path, model.path, params, on_identity=record_identity,
-                               init_model=init)
+    # object-store mode hands the gang the artifact's URI, not this pod's local copy
+    data = train_data.uri if params.backend == "volcano" and params.artifact_store == "s3" else train_data.path
+    result = run_training_step(data, model.path, params, on_identity=record_identity, init_model=init)
     numeric = {k: v for k, v in dict(result.metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     numeric["attempts"] = result.attempts

@@ -1,4 +1,4 @@
-"""Per-epoch checkpoints on the shared output directory.
+"""Per-epoch checkpoints in the output directory (shared, or a role's local copy of a store prefix).
 
 Layout: ``OUTPUT/checkpoints/epoch-N/`` holds the pservers' tables (written by each pserver, so the
 directory must be shared) and ``meta.json``; the ``_COMPLETE`` marker is written last, by trainer 0,
@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 __all__ = ["COMPLETE_MARKER", "Checkpoint", "checkpoint_root", "epoch_dir", "latest_complete",
            "mark_complete", "prune"]
@@ -73,17 +73,24 @@ def mark_complete(path: str, meta: dict) -> None:
         fh.write("ok\n")
 
 
-def prune(output_dir: str, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints (and incomplete older ones)."""
+def prune(output_dir: str, keep: int) -> List[str]:
+    """Delete all but the newest ``keep`` complete checkpoints (and incomplete older ones).
+
+    Returns:
+        The deleted directories' names (``epoch-N``), so a copy elsewhere can be pruned alike.
+    """
     root = checkpoint_root(output_dir)
     try:
         names = os.listdir(root)
     except FileNotFoundError:
-        return
+        return []
     epochs = sorted((int(m.group(1)), n) for n in names if (m := _EPOCH_RE.match(n)))
     complete = [e for e, n in epochs if os.path.exists(os.path.join(root, n, COMPLETE_MARKER))]
     keep_set = set(complete[-keep:])
     newest = complete[-1] if complete else -1
+    removed = []
     for epoch, name in epochs:
         if epoch not in keep_set and epoch < newest:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(name)
+    return removed

@@ -13,6 +13,11 @@ Lifecycle (measured facts about Paddle 2.6 PS mode behind each step are in the p
   (the only path that refreshes dense weights in async mode), checkpoints every epoch (collective),
   exports the inference model (collective), and trainer 0 stops the pservers after a barrier.
 
+Outputs go through a :mod:`ctr_model.workspace`: a shared directory, or with ``s3://`` locations
+(:mod:`ctr_model.store`) each role's own scratch directory (``CTR_SCRATCH_DIR``), from which trainers
+download their own shards and every role uploads what it wrote; pservers fetch the checkpoint to
+resume from before serving and upload their tables when trainer 0 asks.
+
 Exit codes: 0 success, 2 bad contract/config/data, 3 pserver stopped unexpectedly, 1 anything else.
 """
 from __future__ import annotations
@@ -26,22 +31,27 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from ctr_model import checkpoint as ckpt
+from ctr_model import store as s3
+from ctr_model import workspace as wsp
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
 from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, resolve_split
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
-__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR", "METRICS_FILE"]
+__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR",
+           "METRICS_FILE", "ENV_SCRATCH_DIR"]
 
 GANG_DIR = "_gang"          # per-run coordination files inside the output dir
 MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"
 MODEL_META = "model_meta.json"
 DENSE_FILE = "dense.npz"
+#: Local scratch for object-store runs (an emptyDir on a cluster); default: the temp dir.
+ENV_SCRATCH_DIR = "CTR_SCRATCH_DIR"
 
 
 log = logging.getLogger("ctr_model.train")
@@ -133,7 +143,7 @@ def resolve_own_host(host: str, timeout_s: float = DNS_WAIT_S, interval_s: float
             time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
 
-def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
+def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
     host, port = spec.ps_endpoints()[spec.index].rsplit(":", 1)
     address = resolve_own_host(host)
     if address is None:
@@ -147,19 +157,27 @@ def run_pserver(spec: RoleSpec, config: TrainConfig) -> int:
                   f"process holding it or choose another port")
         return EXIT_BAD_INPUT
     nonce = uuid.uuid4().hex
-    gang_dir = os.path.join(spec.output_dir, GANG_DIR)
-    os.makedirs(gang_dir, exist_ok=True)
-    with open(os.path.join(gang_dir, f"{spec.name}.nonce"), "w", encoding="utf-8") as fh:
-        fh.write(nonce)
+    ws.write_text(f"{GANG_DIR}/{spec.name}.nonce", nonce)
+    responder = None
+    if isinstance(ws, wsp.StoreWorkspace):
+        # trainer 0 loads the checkpoint by path: it must be on this pserver's disk before serving
+        resume = _sync_checkpoints(ws)
+        if resume is not None:
+            t = time.time()
+            ws.fetch(os.path.relpath(resume.path, ws.root))
+            _log(spec, f"fetched {ws.uri(os.path.relpath(resume.path, ws.root))} in {time.time() - t:.1f}s")
+        responder = wsp.PublishResponder(ws, spec.name)
+        responder.start()
     fleet, _net = _build(config)
     _log(spec, f"serving on {host}:{port}")
-    fleet.init_server()
-    fleet.run_server()
     try:
-        with open(os.path.join(gang_dir, "stop"), encoding="utf-8") as fh:
-            stopped = nonce in fh.read().split()
-    except OSError:
-        stopped = False
+        fleet.init_server()
+        fleet.run_server()
+    finally:
+        if responder is not None:
+            responder.stop()
+    stop = ws.read_text(f"{GANG_DIR}/stop")
+    stopped = stop is not None and nonce in stop.split()
     if not stopped:
         log.error(f"{spec.name}: the parameter server returned without being stopped by trainer 0 "
                   f"(look for 'Fail to listen' above: port taken or host name not resolvable)")
@@ -245,33 +263,71 @@ def check_test_split(data_dir: str, train: SplitInfo) -> Optional[SplitInfo]:
     return test
 
 
+def _sync_checkpoints(ws: wsp.Workspace) -> Optional[ckpt.Checkpoint]:
+    """The newest complete checkpoint; from a store, its markers are fetched first."""
+    if isinstance(ws, wsp.StoreWorkspace):
+        root = os.path.relpath(ckpt.checkpoint_root(ws.root), ws.root)
+        for name in ws.list(root):
+            for leaf in ("meta.json", ckpt.COMPLETE_MARKER):
+                ws.fetch(f"{root}/{name}/{leaf}")
+    return ckpt.latest_complete(ws.root)
+
+
 def _cache_dir(spec: RoleSpec) -> str:
     base = os.environ.get("CTR_CACHE_DIR") or os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"ctr-slots-{os.getuid()}")
     return os.path.join(base, f"{spec.job_id}-{spec.name}-{os.getpid()}")
 
 
-def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = True) -> int:
+def _train_split(spec: RoleSpec, ws: wsp.Workspace):
+    """``(split, shards in it, this trainer's shards, download)``: with data in a store, ``download``
+    streams this trainer's shards to its scratch (run it before converting them)."""
+    if not s3.is_uri(spec.data_dir):
+        split = resolve_split(spec.data_dir, "train")
+        mine = assign_shards(split.files, spec.index, spec.trainers)
+        return split, len(split.files), mine, lambda: mine
+
+    def select(files: List[str]) -> List[str]:
+        if len(files) < spec.trainers:
+            raise DataError(f"{spec.data_dir} has {len(files)} shards for {spec.trainers} trainers: "
+                            f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+        return assign_shards(files, spec.index, spec.trainers)
+
+    client = ws.store if isinstance(ws, wsp.StoreWorkspace) else s3.Store(s3.StoreConfig.from_env())
+    split, total, download = wsp.stage_split(client, spec.data_dir, "train",
+                                             os.path.join("data", "train"), select)
+
+    def fetch():
+        t = time.time()
+        files = download()
+        _log(spec, f"downloaded {len(files)} of {total} shard(s) of {split.path} in {time.time() - t:.1f}s")
+        return files
+
+    return split, total, list(split.files), fetch
+
+
+def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
+                explicit_buckets: bool = True) -> int:
     import shutil
 
-    split = resolve_split(spec.data_dir, "train")
+    split, n_files, mine, fetch = _train_split(spec, ws)
     if split.hash_buckets and not explicit_buckets:
         config = config.replace(hash_buckets=split.hash_buckets)   # follow the data by default
     if split.hash_buckets and split.hash_buckets != config.hash_buckets:
         raise ConfigError("hash_buckets", config.hash_buckets,
                           f"the data in {split.path} was hashed into {split.hash_buckets} buckets; "
                           f"set hash_buckets to {split.hash_buckets}")
-    if len(split.files) < spec.trainers:
-        raise DataError(f"{split.path} has {len(split.files)} shards for {spec.trainers} trainers: "
+    if n_files < spec.trainers:
+        raise DataError(f"{split.path} has {n_files} shards for {spec.trainers} trainers: "
                         f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
-    check_test_split(spec.data_dir, split)   # trainer 0 scores it after training: fail before
+    if not s3.is_uri(spec.data_dir):
+        check_test_split(spec.data_dir, split)   # trainer 0 scores it after training: fail before
     init = None
     if spec.init_model:   # refuse a mismatched init model before any long work
         from ctr_model.features import SCHEMA_VERSION
 
         init = read_init_model(spec.init_model)
         check_compatible(init, config.to_dict(), spec.pservers, SCHEMA_VERSION)
-    mine = assign_shards(split.files, spec.index, spec.trainers)
     cache = _cache_dir(spec)
     # Convert in the background while Paddle starts up (imports, program, rendezvous): Arrow's
     # writer releases the GIL, so most of the conversion hides behind the start-up.
@@ -281,19 +337,21 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = Tr
     t0 = time.time()
 
     def convert():
-        result = convert_shards(mine, cache, config.hash_buckets)
+        result = convert_shards(fetch(), cache, config.hash_buckets)
         return result, time.time() - t0
 
     future = pool.submit(convert)
     try:
-        return _train(spec, config, future, len(mine), init)
+        return _train(spec, config, ws, future, len(mine), split.files, init)
     finally:
         pool.shutdown(wait=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
-           init: Optional[WarmStart] = None) -> int:
+def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n_shards: int,
+           train_files: Sequence[str], init: Optional[WarmStart] = None) -> int:
+    """``train_files``: local training shards for the export's calibration (all of them with data on
+    a volume; this trainer's own downloaded shards with data in a store)."""
     import numpy as np
     import paddle
 
@@ -305,7 +363,7 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
     scope = paddle.static.global_scope()
     first = spec.index == 0
 
-    resume = ckpt.latest_complete(spec.output_dir)
+    resume = _sync_checkpoints(ws)
     start_epoch = 0
     if resume is not None:
         if resume.meta.get("pservers") != spec.pservers:
@@ -349,8 +407,8 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
     progress = _Progress(spec, scope, names, config.progress_secs)
     progress.rows_per_epoch, progress.last_epoch = rows, config.epochs
     progress.start()
-    progress_file = os.path.join(spec.output_dir, GANG_DIR, f"{spec.name}.json")
-    history = _load_history(progress_file, start_epoch)
+    progress_file = f"{GANG_DIR}/{spec.name}.json"
+    history = _load_history(ws, progress_file, start_epoch)
     try:
         for epoch in range(start_epoch + 1, config.epochs + 1):
             if config.reader == "inmemory" and config.shuffle:
@@ -372,30 +430,36 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
                                                else 0.0),
                       "load_seconds": round(load_s, 3) if epoch == start_epoch + 1 else 0.0}
             history.append(record)
-            _save_history(progress_file, history)
+            ws.write_text(progress_file, json.dumps(history, indent=1, sort_keys=True))
             _log(spec, f"epoch {epoch} done: {int(n)} examples in {seconds:.1f}s "
                        f"({record['examples_per_sec']:.0f} ex/s), loss {record['loss'] or float('nan'):.4f}, "
                        f"auc {record['auc']:.4f}")
-            _save_checkpoint(spec, config, fleet, exe, epoch)
+            _save_checkpoint(spec, config, ws, fleet, exe, epoch)
     finally:
         progress.stop_event.set()
     if config.reader == "inmemory":
         dataset.release_memory()
 
-    model_dir = os.path.join(spec.output_dir, MODEL_DIR)
+    model_dir = ws.local(MODEL_DIR)
+    pserver_names = [f"{PSERVER}-{i}" for i in range(spec.pservers)]
     if first:
         import shutil
         shutil.rmtree(model_dir, ignore_errors=True)
+        if isinstance(ws, wsp.StoreWorkspace):
+            ws.remove(MODEL_DIR)
     feed_names = [v.name for v in net.feed_vars[1:]]
     fleet.save_inference_model(exe, model_dir, feed_names, [net.predict])  # collective
     if first:
+        # the sparse table's parts are on the pservers' disks: have them uploaded, then fetch them
+        ws.request_publish(MODEL_DIR, pserver_names)
+        ws.fetch(MODEL_DIR)
         from ctr_model.net import dense_param_names
         arrays = {name: np.array(scope.find_var(name).get_tensor())
                   for name in dense_param_names(config)}
         np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
         from ctr_model.infer import write_sparse_npz
         keys = write_sparse_npz(model_dir, config.embedding_dim)
-        last = ckpt.latest_complete(spec.output_dir)
+        last = ckpt.latest_complete(ws.root)
         if last is not None:
             export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
         _log(spec, f"exported {model_dir} ({keys} sparse keys)")
@@ -403,22 +467,15 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
         _write_json(os.path.join(model_dir, MODEL_META), meta)
         from ctr_model.calibrate import calibrate_export
 
-        meta["calibration"] = calibrate_export(model_dir, resolve_split(spec.data_dir, "train").files)
+        meta["calibration"] = calibrate_export(model_dir, train_files)
         _write_json(os.path.join(model_dir, MODEL_META), meta)
         _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
+        ws.publish(MODEL_DIR)
     fleet.barrier_worker()
     if first:
-        _write_metrics(spec, config, start_epoch)
-        gang_dir = os.path.join(spec.output_dir, GANG_DIR)
-        nonces = []
-        for i in range(spec.pservers):
-            try:
-                with open(os.path.join(gang_dir, f"{PSERVER}-{i}.nonce"), encoding="utf-8") as fh:
-                    nonces.append(fh.read().strip())
-            except OSError:
-                pass
-        with open(os.path.join(gang_dir, "stop"), "w", encoding="utf-8") as fh:
-            fh.write("\n".join(nonces) + "\n")
+        _write_metrics(spec, config, ws, start_epoch)
+        nonces = [ws.read_text(f"{GANG_DIR}/{name}.nonce") for name in pserver_names]
+        ws.write_text(f"{GANG_DIR}/stop", "\n".join(n.strip() for n in nonces if n) + "\n")
         fleet.fleet._runtime_handle._worker.stop_server()
         _log(spec, "pservers stopped")
     fleet.stop_worker()
@@ -426,35 +483,37 @@ def _train(spec: RoleSpec, config: TrainConfig, conversion, n_shards: int,
     return 0
 
 
-def _save_checkpoint(spec: RoleSpec, config: TrainConfig, fleet, exe, epoch: int) -> None:
+def _save_checkpoint(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, exe,
+                     epoch: int) -> None:
     import shutil
 
-    path = ckpt.epoch_dir(spec.output_dir, epoch)
+    path = ckpt.epoch_dir(ws.root, epoch)
+    rel = os.path.relpath(path, ws.root)
     if spec.index == 0:
         shutil.rmtree(path, ignore_errors=True)   # an incomplete one from a failed attempt
+        if isinstance(ws, wsp.StoreWorkspace):
+            ws.remove(rel)
         os.makedirs(path, exist_ok=True)
     t = time.time()
     fleet.save_persistables(exe, path)            # collective: barrier, pservers write, barrier
     if spec.index == 0:
+        ws.request_publish(rel, [f"{PSERVER}-{i}" for i in range(spec.pservers)])
         ckpt.mark_complete(path, {"epoch": epoch, "pservers": spec.pservers,
                                   "trainers": spec.trainers, "config": config.to_dict(),
                                   "job_id": spec.job_id, "time": time.time()})
-        ckpt.prune(spec.output_dir, config.keep_checkpoints)
-        _log(spec, f"checkpoint {path} written in {time.time() - t:.1f}s")
+        ws.publish(f"{rel}/meta.json")
+        ws.publish(f"{rel}/{ckpt.COMPLETE_MARKER}")   # last: the checkpoint is complete
+        for name in ckpt.prune(ws.root, config.keep_checkpoints):
+            ws.remove(os.path.relpath(os.path.join(ckpt.checkpoint_root(ws.root), name), ws.root))
+        _log(spec, f"checkpoint {ws.location}/{rel} written in {time.time() - t:.1f}s")
 
 
-def _load_history(path: str, start_epoch: int) -> list:
+def _load_history(ws: wsp.Workspace, rel: str, start_epoch: int) -> list:
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        data = json.loads(ws.read_text(rel) or "[]")
+    except ValueError:
         return []
     return [r for r in data if r.get("epoch", 0) <= start_epoch]
-
-
-def _save_history(path: str, history: list) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    _write_json(path, history)
 
 
 def _write_json(path: str, data) -> None:
@@ -472,14 +531,12 @@ def _model_meta(spec: RoleSpec, config: TrainConfig) -> dict:
             "trainers": spec.trainers, "job_id": spec.job_id}
 
 
-def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> None:
-    gang_dir = os.path.join(spec.output_dir, GANG_DIR)
+def _write_metrics(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, start_epoch: int) -> None:
     per_trainer = {}
     for i in range(spec.trainers):
         try:
-            with open(os.path.join(gang_dir, f"trainer-{i}.json"), encoding="utf-8") as fh:
-                per_trainer[i] = json.load(fh)
-        except (OSError, ValueError):
+            per_trainer[i] = json.loads(ws.read_text(f"{GANG_DIR}/trainer-{i}.json") or "[]")
+        except ValueError:
             per_trainer[i] = []
     epochs = []
     for e in range(1, config.epochs + 1):
@@ -500,16 +557,27 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, start_epoch: int) -> Non
                "resumed_from_epoch": start_epoch, "config": config.to_dict(),
                "init_model": spec.init_model or None,
                "per_trainer": {str(k): v for k, v in per_trainer.items()}}
-    test = resolve_split(spec.data_dir, "test") if spec.data_dir else None
+    if not spec.data_dir:
+        test = None
+    elif s3.is_uri(spec.data_dir):
+        client = ws.store if isinstance(ws, wsp.StoreWorkspace) else s3.Store(s3.StoreConfig.from_env())
+        staged = wsp.stage_split(client, spec.data_dir, "test", os.path.join("data", "test"),
+                                 lambda files: files)
+        test = None
+        if staged:
+            test = staged[0]
+            staged[2]()
+    else:
+        test = resolve_split(spec.data_dir, "test")
     if test is not None:
         from ctr_model.infer import evaluate_files, load_model
 
         t = time.time()
-        scorer = load_model(os.path.join(spec.output_dir, MODEL_DIR))
+        scorer = load_model(ws.local(MODEL_DIR))
         metrics["test"] = evaluate_files(scorer, list(test.files))
         metrics["test"]["seconds"] = round(time.time() - t, 2)
         _log(spec, f"test: {metrics['test']}")
-    _write_json(os.path.join(spec.output_dir, METRICS_FILE), metrics)
+    ws.write_text(METRICS_FILE, json.dumps(metrics, indent=1, sort_keys=True))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -531,17 +599,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ContractError, ConfigError, OSError) as exc:
         log.error(f"error: {exc}")
         return EXIT_BAD_INPUT
+    scratch = None
+    try:
+        if s3.is_uri(spec.output_dir) or s3.is_uri(spec.data_dir):
+            # own scratch as the working directory: the relative paths Paddle passes between roles
+            # then land on each role's own disk (see ctr_model.workspace)
+            import tempfile
+
+            base = os.environ.get(ENV_SCRATCH_DIR) or tempfile.gettempdir()
+            os.makedirs(base, exist_ok=True)
+            scratch = tempfile.mkdtemp(prefix=f"{spec.job_id}-{spec.name}-", dir=base)
+            os.chdir(scratch)
+        ws = wsp.open_workspace(spec.output_dir)
+    except (s3.StoreError, OSError) as exc:
+        log.error(f"{spec.name}: error: {exc}")
+        return EXIT_BAD_INPUT
     os.environ.update(paddle_env(spec))
     from ctr_model.net import fix_proto_shadowing
 
     fix_proto_shadowing()
     try:
         if spec.role == PSERVER:
-            return run_pserver(spec, config)
-        return run_trainer(spec, config, explicit_buckets)
-    except (ConfigError, DataError, WarmStartError) as exc:
+            return run_pserver(spec, config, ws)
+        return run_trainer(spec, config, ws, explicit_buckets)
+    except (ConfigError, DataError, WarmStartError, s3.StoreError) as exc:
         log.error(f"{spec.name}: error: {exc}")
         return EXIT_BAD_INPUT
+    finally:
+        if scratch is not None:
+            import shutil
+
+            os.chdir("/")
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

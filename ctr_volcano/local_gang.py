@@ -28,7 +28,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ctr_model.contract import (
     ENV_VOLCANO_DIR,
@@ -41,6 +41,9 @@ from ctr_model.contract import (
     volcano_plugin_env,
 )
 from ctr_volcano.errors import Interrupted, TrainingJobFailed
+
+if TYPE_CHECKING:
+    from ctr_model.workspace import Workspace
 
 __all__ = ["GANG_MARKER_ENV", "GangSpec", "GangResult", "LocalGang", "find_free_ports",
            "gang_processes", "processes_with_env"]
@@ -238,6 +241,7 @@ class LocalGang:
         self._procs: List[_Proc] = []
         self._t_attempt = 0.0
         self._caches: List[str] = []
+        self._workspace: Optional["Workspace"] = None   # of spec.output_dir, opened on use
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> GangResult:
@@ -309,6 +313,10 @@ class LocalGang:
         # trainers' slot-text cache: inside the attempt dir, so a killed trainer's cache is removed
         base_env["CTR_CACHE_DIR"] = os.path.join(adir, "cache")
         self._caches.append(base_env["CTR_CACHE_DIR"])
+        # object-store runs: each role's scratch (its working copy of the outputs), removed likewise
+        if "CTR_SCRATCH_DIR" not in base_env:
+            base_env["CTR_SCRATCH_DIR"] = os.path.join(adir, "scratch")
+            self._caches.append(base_env["CTR_SCRATCH_DIR"])
         self.log(f"gang {self.gang_id}: attempt {attempt}: {spec.pservers} pserver(s) on ports "
                  f"{ports[:-1]}, {spec.trainers} trainer(s); logs in {adir}")
         now = time.time()
@@ -348,11 +356,16 @@ class LocalGang:
 
     def _stopped_by_trainer0(self) -> bool:
         from ctr_model.train import GANG_DIR
+        from ctr_model.workspace import open_workspace
 
+        if self._workspace is None:
+            self._workspace = open_workspace(self.spec.output_dir,
+                                             {**os.environ, **self.spec.extra_env})
         try:
-            return os.path.getmtime(os.path.join(self.spec.output_dir, GANG_DIR, "stop")) >= self._t_attempt
-        except OSError:
+            mtime = self._workspace.mtime(f"{GANG_DIR}/stop")
+        except (OSError, ValueError):
             return False
+        return mtime is not None and mtime >= self._t_attempt
 
     def _fail(self, phase: str, proc: _Proc, reason: str, code: Optional[int]) -> TrainingJobFailed:
         return TrainingJobFailed(self.spec.job_id, phase, reason, role=proc.name, exit_code=code,

@@ -86,7 +86,8 @@ def train_local(data_dir: str, model_dir: str,
                 *, pservers: int = 2, trainers: int = 2, max_retry: int = 2,
                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, workdir: Optional[str] = None,
                 log: Optional[Callable[[str], None]] = None, job_id: str = "ctr-local",
-                init_model: Optional[str] = None) -> TrainResult:
+                init_model: Optional[str] = None, output_dir: Optional[str] = None,
+                store_env: Optional[Mapping[str, str]] = None) -> TrainResult:
     """Train the CTR DNN with ``pservers`` x ``trainers`` local processes and export it.
 
     Args:
@@ -104,6 +105,10 @@ def train_local(data_dir: str, model_dir: str,
         job_id: gang name used in logs and errors.
         init_model: an exported model to warm-start from (:mod:`ctr_model.warm_start`); checked
             against this run's schema, hash buckets, network shape and pservers before the gang starts.
+        output_dir: an ``s3://`` prefix for checkpoints, model and metrics instead of
+            ``workdir/output`` (a later call with the same prefix resumes from the store).
+        store_env: the object store's variables (``CTR_S3_ENDPOINT``, ``AWS_ACCESS_KEY_ID``, ...,
+            see :mod:`ctr_model.store`) for ``s3://`` data or output; default: this process's.
 
     Returns:
         :class:`TrainResult`.
@@ -112,55 +117,90 @@ def train_local(data_dir: str, model_dir: str,
         BadInput: bad data dir, config, gang size or an init model this run cannot continue.
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
+    from ctr_model import store as s3
     from ctr_model.data import DataError, resolve_split
     from ctr_model.train import check_test_split
     from ctr_volcano.local_gang import GangSpec, LocalGang
 
     log = log or logger.info
     cfg = _config_dict(config)
-    data_dir = os.path.abspath(os.fspath(data_dir))
-    try:
-        split = resolve_split(data_dir, "train")
-    except DataError as exc:
-        raise BadInput("data_dir", data_dir, str(exc)) from None
-    try:
-        check_test_split(data_dir, split)   # scored after training: a bad one must fail before it
-    except DataError as exc:
-        raise BadInput("data_dir", data_dir, str(exc)) from None
-    if len(split.files) < trainers:
-        raise BadInput("trainers", trainers, f"{split.path} has only {len(split.files)} shard(s); use at "
+    env = dict(os.environ if store_env is None else store_env)
+    client = None
+    if s3.is_uri(os.fspath(data_dir)) or (output_dir and s3.is_uri(output_dir)):
+        try:
+            client = s3.Store(s3.StoreConfig.from_env(env))
+        except s3.StoreError as exc:
+            raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
+    if s3.is_uri(os.fspath(data_dir)):
+        from ctr_model.workspace import remote_split
+
+        assert client is not None   # made above for s3:// data
+
+        try:
+            split_uri, shards, _schema = remote_split(client, data_dir, "train")
+        except (DataError, s3.StoreError) as exc:
+            raise BadInput("data_dir", data_dir, str(exc)) from None
+        n_shards, hash_buckets = len(shards), 0
+    else:
+        data_dir = os.path.abspath(os.fspath(data_dir))
+        try:
+            split = resolve_split(data_dir, "train")
+            check_test_split(data_dir, split)   # scored after training: a bad one must fail before it
+        except DataError as exc:
+            raise BadInput("data_dir", data_dir, str(exc)) from None
+        split_uri, n_shards, hash_buckets = split.path, len(split.files), split.hash_buckets
+    if n_shards < trainers:
+        raise BadInput("trainers", trainers, f"{split_uri} has only {n_shards} shard(s); use at "
                                              f"most that many trainers or re-run prep with more shards")
-    if "hash_buckets" in cfg and split.hash_buckets and cfg["hash_buckets"] != split.hash_buckets:
+    if output_dir is not None and not s3.is_uri(output_dir):
+        raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
+                                                 "for a local output")
+    if output_dir:
+        assert client is not None   # made above for an s3:// output
+        try:
+            client.check_bucket(output_dir)
+        except s3.StoreError as exc:
+            raise BadInput("output_dir", output_dir, str(exc)) from None
+    if "hash_buckets" in cfg and hash_buckets and cfg["hash_buckets"] != hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
-                       f"the data was hashed into {split.hash_buckets} buckets; drop the field or use that")
+                       f"the data was hashed into {hash_buckets} buckets; drop the field or use that")
     if init_model:
         init_model = os.path.abspath(os.fspath(init_model))
-        check_init_model(init_model, cfg, pservers, split.hash_buckets)
+        check_init_model(init_model, cfg, pservers, hash_buckets or None)
     model_dir = writable_dir("model_dir", model_dir)
     own_workdir = not workdir
     workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")
-    output_dir = os.path.join(workdir, "output")
-    os.makedirs(output_dir, exist_ok=True)
+    in_store = bool(output_dir)
+    if not output_dir:
+        output_dir = os.path.join(workdir, "output")
+        os.makedirs(output_dir, exist_ok=True)
+    store_vars = {k: v for k, v in env.items() if k.startswith(("CTR_S3_", "AWS_"))} if client else {}
     try:
         spec = GangSpec(job_id=job_id, pservers=pservers, trainers=trainers, data_dir=data_dir,
                         output_dir=output_dir, workdir=os.path.join(workdir, "gang"), train_config=cfg,
-                        max_retry=max_retry, stall_timeout_s=stall_timeout_s, init_model=init_model or None)
+                        max_retry=max_retry, stall_timeout_s=stall_timeout_s, init_model=init_model or None,
+                        extra_env=store_vars)
     except BadInput:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
     result = LocalGang(spec, log=log).run()
-    src = os.path.join(output_dir, "model")
     for name in os.listdir(model_dir):
         path = os.path.join(model_dir, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    shutil.copytree(src, model_dir, dirs_exist_ok=True)
-    with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
-        metrics = json.load(fh)
-    if own_workdir:
+    if in_store:
+        assert client is not None
+        client.download(s3.join(output_dir, "model"), model_dir)
+        metrics = json.loads((client.read_bytes(s3.join(output_dir, "metrics.json")) or b"{}").decode())
+    else:
+        src = os.path.join(output_dir, "model")
+        shutil.copytree(src, model_dir, dirs_exist_ok=True)
+        with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
+            metrics = json.load(fh)
+    if own_workdir and not in_store:
         # nobody can resume from a temp dir: keep logs and metrics, drop the bulky tables
         shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
-        shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(os.path.join(output_dir, "model"), ignore_errors=True)
     metrics["attempts"] = result.attempts
     metrics["wall_seconds"] = round(result.seconds, 2)
     log(f"trained in {result.seconds:.1f}s ({result.attempts} attempt(s)); model in {model_dir}"

@@ -62,6 +62,8 @@ COMBOS = [
     ("derived-name", ["--run-id", "5f1c2d7e-aaaa-bbbb-cccc-0123456789ab", "--task-name",
                       "train-ctr-with-a-very-long-task-name-that-gets-cut"]),
     ("explicit-dirs", ["--data-dir", "/data/prep", "--output-dir", "/data/out"]),
+    ("object-store", ["--artifact-store", "s3", "--s3-secret", "store-creds", "--s3-endpoint",
+                      "https://s3.example.internal:443", "--s3-root", "s3://ml/runs"]),
     ("training-params", ["--epochs", "5", "--batch-size", "1024", "--lr", "0.01"]),
     ("everything", ["--pservers", "3", "--trainers", "5", "--queue", "q1", "--priority-class", "p1",
                     "--gpus", "1", "--node-selector", "a=b", "--tolerations", TOL, "--affinity", AFF,

@@ -31,6 +31,19 @@ def register(subparsers) -> None:
                    help="local backend: fail a gang whose trainers print nothing this long (default: 300)")
     p.add_argument("--workdir", default=None,
                    help="local backend: logs and checkpoints (reuse it to resume); default: a temp dir")
+    g = p.add_argument_group(
+        "object store (s3:// --data and --output)",
+        "The gang reads s3:// data and writes checkpoints, model and metrics to an s3:// prefix over "
+        "the S3 API, with no shared volume. Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+        "here; on Volcano the pods read them from --s3-secret.")
+    g.add_argument("--output", default=None, metavar="S3_URI",
+                   help="s3://BUCKET/PREFIX for checkpoints, model and metrics (reuse it to resume)")
+    g.add_argument("--s3-endpoint", default=None, metavar="URL",
+                   help="S3 API endpoint, http(s)://HOST:PORT (scheme = TLS off/on); default "
+                        "$CTR_S3_ENDPOINT, else AWS")
+    g.add_argument("--s3-region", default=None, help="signing region (default: $CTR_S3_REGION or us-east-1)")
+    g.add_argument("--s3-addressing", choices=("path", "virtual"), default=None,
+                   help="bucket addressing (default: path, what in-cluster stores serve)")
     if importlib.util.find_spec("ctr_volcano.volcano") is not None:
         try:
             from ctr_volcano.volcano import add_train_arguments
@@ -63,6 +76,18 @@ def _config(args: argparse.Namespace) -> dict:
     return data
 
 
+def store_env(args: argparse.Namespace) -> dict:
+    """This process's environment with the ``--s3-*`` flags applied (``ctr_model.store`` names)."""
+    import os
+
+    env = dict(os.environ)
+    for flag, var in (("s3_endpoint", "CTR_S3_ENDPOINT"), ("s3_region", "CTR_S3_REGION"),
+                      ("s3_addressing", "CTR_S3_ADDRESSING")):
+        if getattr(args, flag, None):
+            env[var] = getattr(args, flag)
+    return env
+
+
 def _handle(args: argparse.Namespace) -> int:
     from ctr_volcano.errors import BadInput
 
@@ -86,7 +111,7 @@ def _handle(args: argparse.Namespace) -> int:
     result = train_local(args.data, args.model_out, _config(args), pservers=args.pservers,
                          trainers=args.trainers, max_retry=args.max_retry,
                          stall_timeout_s=args.stall_timeout or DEFAULT_STALL_TIMEOUT_S,
-                         workdir=args.workdir)
+                         workdir=args.workdir, output_dir=args.output, store_env=store_env(args))
     summary = {"model_dir": result.model_dir, "output_dir": result.output_dir,
                "attempts": result.attempts, "epochs": result.metrics.get("epochs"),
                "test": result.metrics.get("test")}

@@ -79,6 +79,18 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
     trainer = _resources("trainer", args.trainer_cpu or args.cpu, args.trainer_memory or args.memory,
                          args.gpus)
     volumes = (PvcVolume(args.pvc_name, args.pvc_mount_path),) if args.pvc_name else ()
+    object_store = None
+    if args.artifact_store == "s3":
+        from ctr_volcano.volcano.objectstore import RUNS_PREFIX
+        from ctr_volcano.volcano.spec import ObjectStore
+
+        store_kwargs = {"region": args.s3_region}
+        if args.s3_endpoint:
+            store_kwargs["endpoint"] = args.s3_endpoint
+        if args.s3_secret:
+            store_kwargs["secret"] = args.s3_secret
+        object_store = ObjectStore(**store_kwargs)
+        run_root = f"{(args.s3_root or 's3://mlpipeline/' + RUNS_PREFIX).rstrip('/')}/{name}"
     affinity = json.loads(args.affinity) if args.affinity else None
     return TrainJobSpec(
         name=name, namespace=args.namespace, image=args.image or trainer_image(),
@@ -93,7 +105,7 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
         tolerations=tuple(_json_list(args.tolerations, "--tolerations")) if args.tolerations else (),
         affinity=affinity, service_account=args.service_account,
         image_pull_secrets=tuple(args.image_pull_secret or ()), image_pull_policy=args.image_pull_policy,
-        volumes=volumes, env_from_secrets=_secret_envs(args.secret_env),
+        volumes=volumes, env_from_secrets=_secret_envs(args.secret_env), object_store=object_store,
         env=parse_key_values(args.env, "--env"), labels=parse_key_values(args.label, "--label"),
         ps_port=args.ps_port, gloo_port=args.gloo_port, run_id=args.run_id, task_name=args.task_name,
         disable_network_policy=args.disable_network_policy, shm_size=args.shm_size)
@@ -146,8 +158,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--schedule-timeout", type=int, default=600, help="launcher's Pending timeout (seconds)")
     p.add_argument("--pvc-name", default=None, help="shared RWX PVC mounted in every pod")
     p.add_argument("--pvc-mount-path", default="/mnt/ctr", help="its mount path (default: %(default)s)")
-    p.add_argument("--data-dir", default=None, help="data dir in the pods (default: <mount>/ctr-runs/<job>/data)")
-    p.add_argument("--output-dir", default=None, help="output dir in the pods (default: <mount>/ctr-runs/<job>/output)")
+    p.add_argument("--artifact-store", choices=("pvc", "s3"), default="pvc",
+                   help="pvc: data and outputs on --pvc-name; s3: s3:// URIs, credentials from "
+                        "--s3-secret by reference, a scratch emptyDir per pod (default: %(default)s)")
+    p.add_argument("--s3-endpoint", default=None, metavar="URL",
+                   help="s3: the S3 API as the pods reach it (default: KFP's "
+                        "http://minio-service.kubeflow:9000)")
+    p.add_argument("--s3-secret", default=None, metavar="SECRET",
+                   help="s3: Secret with keys accesskey/secretkey (default: KFP's mlpipeline-minio-artifact)")
+    p.add_argument("--s3-region", default="us-east-1", help="s3: signing region (default: %(default)s)")
+    p.add_argument("--s3-root", default=None, metavar="S3_URI",
+                   help="s3: where run directories go (default: s3://mlpipeline/ctr-runs)")
+    p.add_argument("--data-dir", default=None,
+                   help="data dir (pvc) or URI (s3) in the pods (default: <mount or s3 root>/ctr-runs/<job>/data)")
+    p.add_argument("--output-dir", default=None,
+                   help="output dir (pvc) or URI (s3) in the pods (default: <mount or s3 root>/ctr-runs/<job>/output)")
     p.add_argument("--cpu", default="1", help="CPU request per pod (default: %(default)s)")
     p.add_argument("--memory", default="2Gi", help="memory request/limit per pod (default: %(default)s)")
     p.add_argument("--pserver-cpu", default=None, help="CPU request of pservers (overrides --cpu)")

@@ -32,6 +32,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                                                  "ctr_volcano.images.TRAINER_IMAGE)")
     g.add_argument("--queue", default="default", help="Volcano queue (default: %(default)s)")
     g.add_argument("--priority-class", default=None, help="PriorityClass of the gang")
+    g.add_argument("--artifact-store", choices=("pvc", "s3"), default="pvc",
+                   help="hand data and model over a shared RWX PVC (--pvc-name) or the object store "
+                        "(s3: no volume; --data may be an s3:// URI) (default: %(default)s)")
+    g.add_argument("--s3-secret", default=None, metavar="SECRET",
+                   help="s3: Secret with keys accesskey/secretkey the pods read the credentials from "
+                        "(default: KFP's mlpipeline-minio-artifact)")
+    g.add_argument("--s3-root", default=None, metavar="S3_URI",
+                   help="s3: where run directories go (default: s3://<data bucket>/ctr-runs)")
     g.add_argument("--pvc-name", default=None, help="shared ReadWriteMany PVC for data and model handoff")
     g.add_argument("--pvc-mount-path", default="/mnt/ctr",
                    help="where the PVC is mounted here and in the gang's pods (default: %(default)s)")
@@ -88,7 +96,10 @@ def cli_train(args: Any) -> int:
         service_account=opt("service_account"), cpu=opt("cpu", "1"), memory=opt("memory", "2Gi"),
         gpus=opt("gpus", 0), ttl_seconds_after_finished=None if ttl == -1 else ttl,
         kubeconfig=opt("kubeconfig"), context=opt("context"), poll_s=opt("poll", 5.0),
-        explain_every_s=opt("explain_every", 30.0), config=config)
+        explain_every_s=opt("explain_every", 30.0), config=config,
+        artifact_store=opt("artifact_store", "pvc"), s3_endpoint=opt("s3_endpoint"),
+        s3_secret=opt("s3_secret"), s3_region=opt("s3_region") or "us-east-1",
+        s3_root=opt("s3_root"))
     result = run_training_step(args.data, args.model_out, params)
     print(json.dumps({"model_dir": result.model_dir, "output_dir": result.output_dir,
                       "attempts": result.attempts, "metrics": result.metrics}, default=str, sort_keys=True))

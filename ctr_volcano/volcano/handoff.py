@@ -10,7 +10,7 @@ already lives on the claim), the gang writes ``<mount>/ctr-runs/<job>/output``, 
 Copies are made under a temporary name and renamed, so a retried step never sees half a copy; a
 completed copy is reused (a re-attached step does not copy again).
 
-Object storage (S3/MinIO) as a second mode is not implemented; see README.md, "Running on a real cluster".
+The object-store mode (no volume) is :mod:`ctr_volcano.volcano.objectstore`; see docs/handoff.md.
 """
 from __future__ import annotations
 

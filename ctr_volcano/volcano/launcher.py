@@ -393,9 +393,14 @@ class VolcanoLauncher:
     def collect(self, job: Optional[Mapping[str, Any]] = None) -> Any:
         """Read the outputs the gang wrote and return a ``TrainResult``."""
         out = self.local_output_dir
+        retry = int(((job or {}).get("status") or {}).get("retryCount") or 0)
+        if self.spec.object_store is not None:
+            # the outputs are in the store; the step reads them (ctr_volcano.volcano.objectstore)
+            self.log(f"[volcano] job {self.name} Completed after {retry + 1} attempt(s); outputs in {out}")
+            return result_class()(model_dir=f"{out.rstrip('/')}/model", metrics={}, output_dir=out,
+                                  attempts=retry + 1)
         model_dir = os.path.join(out, "model")
         metrics_path = os.path.join(out, "metrics.json")
-        retry = int(((job or {}).get("status") or {}).get("retryCount") or 0)
         if not os.path.isfile(metrics_path) or not os.path.isdir(model_dir):
             raise TrainingJobFailed(
                 self.name, "Completed",

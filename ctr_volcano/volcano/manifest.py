@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ctr_model.contract import PSERVER, TRAINER, GangContract, role_env
 from ctr_volcano.errors import BadInput
 from ctr_volcano.volcano.names import is_dns1035_label, is_dns1123_label, pod_name
-from ctr_volcano.volcano.spec import Resources, TrainJobSpec
+from ctr_volcano.volcano.spec import SCRATCH_MOUNT, Resources, TrainJobSpec
 
 __all__ = [
     "API_VERSION", "KIND", "GROUP", "VERSION", "PLURAL", "ENTRYPOINT", "LABEL_JOB", "LABEL_RUN",
@@ -96,8 +96,12 @@ def _env(spec: TrainJobSpec, role: str) -> List[Dict[str, Any]]:
                                  for k, v in sorted(role_env(contract_for(spec), role).items())]
     env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
     env.extend({"name": str(k), "value": str(v)} for k, v in spec.env)
+    secrets = tuple(spec.env_from_secrets)
+    if spec.object_store is not None:
+        env.extend({"name": k, "value": v} for k, v in spec.object_store.env())
+        secrets += spec.object_store.secret_env()
     env.extend({"name": s.name, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
-               for s in spec.env_from_secrets)
+               for s in secrets)
     env.extend(json.loads(json.dumps(dict(v))) for v in spec.env_vars)
     return env
 
@@ -132,6 +136,13 @@ def _pod_template(spec: TrainJobSpec, role: str, resources: Resources) -> Dict[s
         mounts.append(mount)
     volumes.extend(json.loads(json.dumps(dict(v))) for v in spec.extra_volumes)
     mounts.extend(json.loads(json.dumps(dict(m))) for m in spec.extra_volume_mounts)
+    if spec.object_store is not None:
+        # the pod's own scratch: its shards, its tables before upload, the model being assembled
+        empty: Dict[str, Any] = {}
+        if spec.object_store.scratch_size:
+            empty["sizeLimit"] = spec.object_store.scratch_size
+        volumes.append({"name": "scratch", "emptyDir": empty})
+        mounts.append({"name": "scratch", "mountPath": SCRATCH_MOUNT})
     if spec.shm_size:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})

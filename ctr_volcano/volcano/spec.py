@@ -15,8 +15,22 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ctr_volcano.errors import BadInput
 from ctr_volcano.volcano.names import is_dns1035_label, is_dns1123_label, is_dns1123_subdomain
 
-__all__ = ["Resources", "PvcVolume", "SecretEnv", "TrainJobSpec", "DEFAULT_PS_PORT",
-           "DEFAULT_GLOO_PORT", "DEFAULT_UID"]
+__all__ = ["Resources", "PvcVolume", "SecretEnv", "ObjectStore", "TrainJobSpec", "DEFAULT_PS_PORT",
+           "DEFAULT_GLOO_PORT", "DEFAULT_UID", "KFP_ARTIFACT_SECRET", "KFP_ARTIFACT_ENDPOINT",
+           "SCRATCH_MOUNT"]
+
+#: The Secret KFP itself reads its artifact store's credentials from, in the run's namespace, and
+#: its keys (kubeflow/pipelines backend/src/v2/config/env.go: minioArtifactSecretName,
+#: minioArtifactAccessKeyKey, minioArtifactSecretKeyKey; manifests/kustomize/third-party/seaweedfs/
+#: base/seaweedfs/mlpipeline-minio-artifact-secret.yaml). The SeaweedFS install keeps MinIO's names.
+KFP_ARTIFACT_SECRET = "mlpipeline-minio-artifact"
+KFP_ACCESS_KEY_KEY = "accesskey"
+KFP_SECRET_KEY_KEY = "secretkey"
+#: KFP's default store endpoint (objectstore.MinioDefaultEndpoint; the SeaweedFS install serves S3
+#: behind the same ``minio-service`` Service, port 9000 -> 8333), plain HTTP.
+KFP_ARTIFACT_ENDPOINT = "http://minio-service.kubeflow:9000"
+#: Where each pod's own scratch (an emptyDir) is mounted in object-store mode.
+SCRATCH_MOUNT = "/scratch"
 
 DEFAULT_PS_PORT = 36001
 DEFAULT_GLOO_PORT = 36100
@@ -135,6 +149,64 @@ class SecretEnv:
             raise BadInput("env_from_secrets.key", self.key, "name the key inside the Secret")
 
 
+@dataclass(frozen=True)
+class ObjectStore:
+    """Object-store hand-off: the gang reads and writes ``s3://`` URIs, no shared volume.
+
+    Attributes:
+        endpoint: the S3 API as the pods reach it, ``http(s)://host:port`` (scheme = TLS off/on);
+            KFP's own store by default.
+        secret: the Secret holding the credentials (referenced by ``secretKeyRef``; never copied
+            into the manifest); KFP's artifact-store Secret by default.
+        access_key_key: the key of the access key id inside ``secret``.
+        secret_key_key: the key of the secret access key inside ``secret``.
+        region: the signing region.
+        addressing: ``path`` (in-cluster stores) or ``virtual``.
+        scratch_size: size limit of each pod's scratch emptyDir (its shards, tables, model);
+            ``None`` for no limit.
+    """
+
+    endpoint: str = KFP_ARTIFACT_ENDPOINT
+    secret: str = KFP_ARTIFACT_SECRET
+    access_key_key: str = KFP_ACCESS_KEY_KEY
+    secret_key_key: str = KFP_SECRET_KEY_KEY
+    region: str = "us-east-1"
+    addressing: str = "path"
+    scratch_size: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        from ctr_model.store import StoreConfig, StoreError
+
+        try:
+            StoreConfig(endpoint=self.endpoint, region=self.region, addressing=self.addressing)
+        except StoreError as exc:
+            raise BadInput("object_store.endpoint", self.endpoint, str(exc)) from None
+        if not self.endpoint:
+            raise BadInput("object_store.endpoint", self.endpoint,
+                           "give the S3 endpoint as the pods reach it, e.g. " + KFP_ARTIFACT_ENDPOINT)
+        if not is_dns1123_subdomain(self.secret):
+            raise BadInput("object_store.secret", self.secret,
+                           f"name the Secret with the store's keys (KFP's is {KFP_ARTIFACT_SECRET})")
+        for name in ("access_key_key", "secret_key_key"):
+            if not re.match(r"^[-._a-zA-Z0-9]+$", getattr(self, name) or ""):
+                raise BadInput(f"object_store.{name}", getattr(self, name), "name a key of the Secret")
+        _check_quantity("object_store.scratch_size", self.scratch_size)
+
+    def env(self) -> Tuple[Tuple[str, str], ...]:
+        """The plain variables every pod gets (``ctr_model.store`` reads them)."""
+        from ctr_model.store import ENV_ADDRESSING, ENV_ENDPOINT, ENV_REGION
+
+        return ((ENV_ENDPOINT, self.endpoint), (ENV_REGION, self.region),
+                (ENV_ADDRESSING, self.addressing), ("CTR_SCRATCH_DIR", SCRATCH_MOUNT))
+
+    def secret_env(self) -> Tuple[SecretEnv, ...]:
+        """The credentials, by reference."""
+        from ctr_model.store import ENV_ACCESS_KEY, ENV_SECRET_KEY
+
+        return (SecretEnv(ENV_ACCESS_KEY, self.secret, self.access_key_key),
+                SecretEnv(ENV_SECRET_KEY, self.secret, self.secret_key_key))
+
+
 def _freeze_mapping(value: Optional[Mapping[str, Any]]) -> Tuple[Tuple[str, Any], ...]:
     return tuple(sorted((value or {}).items()))
 
@@ -150,8 +222,10 @@ class TrainJobSpec:
         name: the Job name (DNS-1035 label; see :func:`~ctr_volcano.volcano.names.job_name_for`).
         namespace: the namespace of the Job, its pods, PVCs and Secrets.
         image: the training runtime image (``ctr_volcano.images.trainer_image()``).
-        data_dir: the prep output directory as the pods see it (on a shared volume).
-        output_dir: where the pods write ``model/``, ``metrics.json`` and ``checkpoints/``.
+        data_dir: the prep output as the pods see it: a directory on a shared volume, or an
+            ``s3://`` URI with ``object_store``.
+        output_dir: where the pods write ``model/``, ``metrics.json`` and ``checkpoints/`` (a
+            directory on a shared volume, or an ``s3://`` prefix with ``object_store``).
         pservers: parameter-server replicas (the ``pserver`` task).
         trainers: trainer replicas (the ``trainer`` task).
         train_config: the training config (JSON-able); ``ctr_model`` validates it in the pod.
@@ -193,6 +267,7 @@ class TrainJobSpec:
             the run garbage-collects the gang); same namespace only.
         init_model: an exported model on a volume every pod mounts, loaded by the pservers before
             the first epoch (warm start); ``None`` trains from scratch.
+        object_store: hand data and results over S3 instead of a shared volume (``None``: volume).
     """
 
     name: str
@@ -234,6 +309,7 @@ class TrainJobSpec:
     shm_size: Optional[str] = None
     owner_references: Tuple[Mapping[str, Any], ...] = ()
     init_model: Optional[str] = None
+    object_store: Optional[ObjectStore] = None
 
     def __post_init__(self) -> None:
         for name in ("train_config", "node_selector", "env", "labels", "annotations"):
@@ -271,8 +347,13 @@ class TrainJobSpec:
             raise BadInput("init_model", self.init_model, "use an absolute path on a volume every pod mounts")
         for name in ("data_dir", "output_dir"):
             value = getattr(self, name)
-            if not value or not value.startswith("/"):
+            if self.object_store is not None:
+                if not value or not value.startswith("s3://") or len(value.rstrip("/")) <= 5:
+                    raise BadInput(name, value, "in object-store mode use an s3://BUCKET/PREFIX URI")
+            elif not value or not value.startswith("/"):
                 raise BadInput(name, value, "use an absolute path on a volume every pod mounts")
+        if self.object_store is not None and not isinstance(self.object_store, ObjectStore):
+            raise BadInput("object_store", self.object_store, "pass an ObjectStore or None")
         for name in ("pservers", "trainers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
@@ -323,6 +404,9 @@ class TrainJobSpec:
             mounts.append(str(mount.get("mountPath", "")))
         if len(set(mounts)) != len(mounts):
             raise BadInput("volumes", mounts, "give every volume its own mount_path")
+        if self.object_store is not None and SCRATCH_MOUNT in mounts:
+            raise BadInput("volumes", mounts, f"{SCRATCH_MOUNT} is the object-store scratch; mount "
+                                              f"volumes elsewhere")
         if any(m == "/etc/volcano" or m.startswith("/etc/volcano/") for m in mounts):
             raise BadInput("volumes", mounts, "do not mount over /etc/volcano (Volcano's svc plugin uses it)")
         for secret_env in self.env_from_secrets:

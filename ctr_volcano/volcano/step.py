@@ -23,6 +23,9 @@ __all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "check_c
            "run_owner_references"]
 
 BACKENDS = ("local", "volcano")
+#: How the Volcano gang gets its data and hands its model back: a shared ReadWriteMany claim, or the
+#: object store (S3 API, credentials from a Secret by reference).
+ARTIFACT_STORES = ("pvc", "s3")
 
 
 def _none_if_empty(value: Any) -> Any:
@@ -45,7 +48,8 @@ class StepParams:
         image: Volcano: trainer image; ``None`` = :func:`ctr_volcano.images.trainer_image`.
         queue: Volcano: queue name.
         priority_class: Volcano: PriorityClass; ``None`` = cluster default.
-        pvc_name: Volcano: the shared RWX claim (required for ``volcano``).
+        artifact_store: Volcano: ``pvc`` (a shared RWX claim) or ``s3`` (the object store).
+        pvc_name: Volcano, ``pvc``: the shared RWX claim.
         pvc_mount_path: Volcano: where the claim is mounted here and in the gang's pods.
         schedule_timeout_s: Volcano: seconds the gang may stay Pending.
         run_id: Volcano: KFP run id (names the Job; a retried step re-attaches).
@@ -60,6 +64,13 @@ class StepParams:
         context: Volcano: kubeconfig context.
         poll_s: Volcano: seconds between status polls.
         explain_every_s: Volcano: seconds between "why Pending" reports.
+        s3_endpoint: Volcano, ``s3``: the S3 API as the pods (and this step) reach it, ``http(s)://
+            host:port``; ``None`` = KFP's store (:data:`~ctr_volcano.volcano.spec.KFP_ARTIFACT_ENDPOINT`).
+        s3_secret: Volcano, ``s3``: the Secret with the store's credentials (keys ``accesskey``/
+            ``secretkey``, KFP's layout); ``None`` = KFP's own artifact-store Secret.
+        s3_region: Volcano, ``s3``: signing region.
+        s3_root: Volcano, ``s3``: ``s3://BUCKET/PREFIX`` for the run directories; ``None`` = the
+            data's bucket, ``ctr-runs/``.
         config: other ``ctr_model`` TrainConfig fields (a mapping; stored as sorted pairs);
             ``epochs``, ``batch_size`` and ``learning_rate`` above win.
         workspace_path: Volcano: the KFP run workspace as this step sees it
@@ -81,6 +92,7 @@ class StepParams:
     image: Optional[str] = None
     queue: str = "default"
     priority_class: Optional[str] = None
+    artifact_store: str = "pvc"
     pvc_name: Optional[str] = None
     pvc_mount_path: str = "/mnt/ctr"
     schedule_timeout_s: int = 600
@@ -96,6 +108,10 @@ class StepParams:
     context: Optional[str] = None
     poll_s: float = 5.0
     explain_every_s: float = 30.0
+    s3_endpoint: Optional[str] = None
+    s3_secret: Optional[str] = None
+    s3_region: str = "us-east-1"
+    s3_root: Optional[str] = None
     config: Any = ()
     workspace_path: Optional[str] = None
     task_config: TaskPodConfig = EMPTY
@@ -122,7 +138,11 @@ class StepParams:
         if self.workspace_path is not None and not str(self.workspace_path).startswith("/"):
             raise BadInput("workspace_path", self.workspace_path,
                            "pass dsl.WORKSPACE_PATH_PLACEHOLDER (an absolute path) or leave it empty")
-        if self.backend == "volcano" and self.handoff_volume is None:
+        if self.artifact_store not in ARTIFACT_STORES:
+            raise BadInput("artifact_store", self.artifact_store, f"use one of {', '.join(ARTIFACT_STORES)}")
+        if self.backend == "volcano" and self.artifact_store == "s3":
+            self.object_store()   # validates endpoint, secret, region now
+        elif self.backend == "volcano" and self.handoff_volume is None:
             if self.workspace_path:
                 raise BadInput("workspace_path", self.workspace_path,
                                "the run workspace is not among the task's volumes: compile the pipeline "
@@ -132,7 +152,19 @@ class StepParams:
             raise BadInput("pvc_name", self.pvc_name,
                            "the volcano backend hands data and model over through a shared ReadWriteMany "
                            "volume: run the pipeline with a KFP run workspace, or create a PVC "
-                           "(deploy/pvc-example.yaml), mount it in this step and pass its name")
+                           "(deploy/pvc-example.yaml), mount it in this step and pass its name, or use "
+                           "artifact_store='s3' (the object store, no volume)")
+
+    def object_store(self) -> Any:
+        """The :class:`~ctr_volcano.volcano.spec.ObjectStore` of the ``s3`` mode."""
+        from ctr_volcano.volcano.spec import ObjectStore
+
+        kwargs: Dict[str, Any] = {"region": self.s3_region}
+        if self.s3_endpoint:
+            kwargs["endpoint"] = self.s3_endpoint
+        if self.s3_secret:
+            kwargs["secret"] = self.s3_secret
+        return ObjectStore(**kwargs)
 
     @property
     def handoff_dir(self) -> str:
@@ -164,7 +196,7 @@ class StepParams:
         ttl = clean.get("ttl_seconds_after_finished")
         if ttl is not None and int(ttl) == -1:   # KFP's "unset"; other negatives are refused
             clean["ttl_seconds_after_finished"] = None
-        for key in ("queue", "pvc_mount_path", "cpu", "memory"):
+        for key in ("queue", "pvc_mount_path", "cpu", "memory", "artifact_store", "s3_region"):
             if clean.get(key) is None:
                 clean.pop(key, None)
         return cls(**clean)
@@ -213,9 +245,10 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         ttl_seconds_after_finished=params.ttl_seconds_after_finished,
         schedule_timeout_s=params.schedule_timeout_s,
         service_account=params.service_account,
-        volumes=explicit,
+        volumes=explicit if params.artifact_store == "pvc" else (),
         node_selector=dict(task.node_selector), tolerations=task.tolerations, affinity=task.affinity,
         env_vars=task.env, extra_volumes=task.volumes, extra_volume_mounts=task.volume_mounts,
+        object_store=params.object_store() if params.artifact_store == "s3" else None,
         run_id=params.run_id, task_name=params.task_name, init_model=init_model)
 
 
@@ -237,11 +270,16 @@ def check_claims(client: Any, params: StepParams) -> None:
         check_claim_access(found, writes=claim == handoff_claim)
 
 
-def _check_before_submit(data_path: str, params: StepParams, init_model: Optional[str] = None) -> None:
-    """The local backend's boundary checks, done before a gang is scheduled (fail in seconds, not minutes)."""
+def _check_before_submit(data_path: str, params: StepParams, init_model: Optional[str] = None,
+                         client: Any = None) -> None:
+    """The local backend's boundary checks, done before a gang is scheduled (fail in seconds, not minutes).
+
+    ``client`` (a :class:`ctr_model.store.Store`) when ``data_path`` is an ``s3://`` URI.
+    """
     from ctr_model.config import ConfigError, TrainConfig
     from ctr_model.data import DataError, resolve_split
     from ctr_model.features import SchemaMismatch
+    from ctr_model.store import StoreError
     from ctr_model.train import check_test_split
 
     try:
@@ -249,13 +287,19 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
     except ConfigError as exc:
         raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
     try:
-        split = resolve_split(data_path, "train")
-        if split is not None:
+        split = None
+        if client is not None:
+            from ctr_model.workspace import remote_split
+
+            where, shards, _schema = remote_split(client, data_path, "train")
+        else:
+            split = resolve_split(data_path, "train")
             check_test_split(data_path, split)
-    except (DataError, SchemaMismatch) as exc:
+            where, shards = split.path, split.files
+    except (DataError, SchemaMismatch, StoreError) as exc:
         raise BadInput("train_data", data_path, str(exc)) from None
-    if split is not None and len(split.files) < params.trainers:
-        raise BadInput("trainers", params.trainers, f"{split.path} has only {len(split.files)} shard(s); use "
+    if len(shards) < params.trainers:
+        raise BadInput("trainers", params.trainers, f"{where} has only {len(shards)} shard(s); use "
                                                     "at most that many trainers or re-run prep with more shards")
     if init_model:
         from ctr_volcano.training import check_init_model
@@ -336,17 +380,41 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
     from ctr_volcano.volcano.handoff import copy_model_out, prepare_run_dir
     from ctr_volcano.volcano.launcher import VolcanoLauncher
 
-    _check_before_submit(data_path, params, init_model)
     name = _job_name(params)
+    store_run = store = None
+    if params.artifact_store == "s3":
+        if init_model:
+            raise BadInput("init_model", init_model, "warm start reads the init model from a volume every "
+                                                     "pserver mounts: use the PVC or run-workspace hand-off")
+        from ctr_model.store import Store, StoreConfig, StoreError
+        from ctr_volcano.volcano.objectstore import prepare_store_run
+
+        obj = params.object_store()
+        try:   # this step signs with its own environment's keys (KFP: the same Secret as env)
+            store = Store(StoreConfig.from_env({**os.environ, "CTR_S3_ENDPOINT": obj.endpoint,
+                                                "CTR_S3_REGION": obj.region,
+                                                "CTR_S3_ADDRESSING": obj.addressing}))
+        except StoreError as exc:
+            raise BadInput("s3_endpoint", obj.endpoint, str(exc)) from None
+        store_run = prepare_store_run(store, data_path, name, params.s3_root, log=log)
+        _check_before_submit(store_run.data_uri, params, client=store)
+        data_dir, output_dir = store_run.data_uri, store_run.output_uri
+        log(f"[volcano] object store: data {data_dir}, output {output_dir} (credentials from Secret "
+            f"{obj.secret})")
+    else:
+        _check_before_submit(data_path, params, init_model)
     own_client = client is None
     if own_client:
         client = KubeClient.auto(params.kubeconfig, params.context)
     try:
         check_claims(client, params)
-        dirs = prepare_run_dir(params.handoff_dir, name, data_path, init_model=init_model)
-        log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'}"
-            + (f"; warm start from {dirs.init_model}" if dirs.init_model else "") + ")")
-        spec = build_spec(params, dirs.data_dir, dirs.output_dir, name=name, init_model=dirs.init_model)
+        init_dir = None
+        if store_run is None:
+            dirs = prepare_run_dir(params.handoff_dir, name, data_path, init_model=init_model)
+            log(f"[volcano] run directory {dirs.root} (data {'copied' if dirs.copied else 'reused'}"
+                + (f"; warm start from {dirs.init_model}" if dirs.init_model else "") + ")")
+            data_dir, output_dir, init_dir = dirs.data_dir, dirs.output_dir, dirs.init_model
+        spec = build_spec(params, data_dir, output_dir, name=name, init_model=init_dir)
         owners = run_owner_references(client, spec.namespace, log=log)
         if owners:
             spec = replace(spec, owner_references=owners)
@@ -358,5 +426,12 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
     finally:
         if own_client:
             client.close()
-    copy_model_out(dirs.output_dir, model_dir)
+    if store_run is not None:
+        from ctr_volcano.volcano.objectstore import cleanup_run, collect_model
+
+        metrics = collect_model(store, store_run, model_dir)
+        cleanup_run(store, store_run)
+        log(f"[volcano] model copied from {store_run.output_uri}/model; deleted {store_run.root}")
+        return replace(result, model_dir=model_dir, metrics=metrics or result.metrics)
+    copy_model_out(output_dir, model_dir)
     return replace(result, model_dir=model_dir)

@@ -176,13 +176,18 @@ class S3Server:
         config_path = root / "s3.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")
         config_path.chmod(0o600)
+        # weed reads master.toml from its working directory: grow one volume per new bucket (a
+        # bucket is a collection; the default, 7, exhausts -volume.max after a few test buckets and
+        # then every upload to a new bucket fails with InternalError)
+        (root / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\n", encoding="utf-8")
         (master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc) = _free_ports(8)
         (root / "data").mkdir(exist_ok=True)
         args = [
             str(weed), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
-            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=64",
+            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=256",
             f"-master.port={master}", f"-master.port.grpc={master_grpc}",
             f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
+            "-volume.preStopSeconds=0",   # default 10: every stop() would wait that long
             "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
             f"-filer.localSocket={root / 'filer.sock'}",
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", f"-s3.config={config_path}",
@@ -249,14 +254,15 @@ class S3Server:
                 "AWS_REGION": self.region, "AWS_ENDPOINT_URL": self.endpoint}
 
     def filesystem(self):
-        """A ``pyarrow.fs.S3FileSystem`` signed as the admin identity."""
+        """A ``pyarrow.fs.S3FileSystem`` signed as the admin identity (may create/delete buckets)."""
         from pyarrow import fs as pafs
 
         scheme, _, host = self.endpoint.partition("://")
         return pafs.S3FileSystem(access_key=self.access_key, secret_key=self.secret_key,
                                  region=self.region, endpoint_override=host, scheme=scheme,
                                  connect_timeout=3, request_timeout=30,
-                                 retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=2))
+                                 retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=2),
+                                 allow_bucket_creation=True, allow_bucket_deletion=True)
 
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` (idempotent) and return ``s3://name``."""
@@ -273,7 +279,8 @@ class S3Server:
     def stop(self) -> None:
         """Stop weed (its whole session) and remove the data directory if this object made it."""
         if self.proc is not None:
-            _kill_group(self.proc)
+            # weed's graceful shutdown waits ~10 s; the data of a throw-away server need not survive
+            _kill_group(self.proc, grace=2.0)
             self.proc = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -1,0 +1,329 @@
+"""Object-store I/O: ``s3://bucket/prefix`` URIs through ``pyarrow.fs.S3FileSystem``.
+
+Why: many clusters have no ReadWriteMany volume, but every KFP install has an object store. The
+gang can then hand its data and results over S3 instead of a shared directory: trainers download
+their own shards to local scratch, every role publishes what it wrote, and the next attempt resumes
+from what is in the store. Paddle itself only ever sees local paths.
+
+The client settings come from the environment, the same variables in every pod (set by the
+launcher, the credentials through a Secret reference)::
+
+    CTR_S3_ENDPOINT    http://host:port or https://host:port (scheme = TLS off/on); empty: AWS
+    CTR_S3_REGION      signing region (default us-east-1)
+    CTR_S3_ADDRESSING  path (default; MinIO, SeaweedFS) or virtual (bucket.host)
+    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY   the credentials
+
+Copies stream in fixed-size chunks (``COPY_CHUNK``), so memory stays bounded whatever the file size.
+Every failure is a :class:`StoreError` whose one-line message names the URI and the fix.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import List, Mapping, Optional, Tuple
+from urllib.parse import urlparse
+
+__all__ = ["StoreError", "StoreConfig", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
+           "ENV_ENDPOINT", "ENV_REGION", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
+           "UPLOAD_THREADS"]
+
+ENV_ENDPOINT = "CTR_S3_ENDPOINT"
+ENV_REGION = "CTR_S3_REGION"
+ENV_ADDRESSING = "CTR_S3_ADDRESSING"
+ENV_ACCESS_KEY = "AWS_ACCESS_KEY_ID"
+ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
+ADDRESSING = ("path", "virtual")
+#: Bytes per read/write when copying between the store and local files.
+COPY_CHUNK = 4 << 20
+#: Files uploaded at once (memory stays below UPLOAD_THREADS x COPY_CHUNK plus the SDK's buffers).
+UPLOAD_THREADS = 4
+
+
+class StoreError(ValueError):
+    """The object store refused or could not be reached; the message names the URI and the fix."""
+
+
+def is_uri(location: str) -> bool:
+    """Whether ``location`` is an ``s3://`` URI (anything else is a local path)."""
+    return isinstance(location, str) and location.startswith("s3://")
+
+
+def split_uri(uri: str) -> Tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; refuses anything without a bucket."""
+    if not is_uri(uri):
+        raise StoreError(f"{uri!r} is not an s3:// URI: use s3://BUCKET/PREFIX")
+    rest = uri[len("s3://"):].strip("/")
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise StoreError(f"{uri!r} names no bucket: use s3://BUCKET/PREFIX")
+    return bucket, key
+
+
+def join(uri: str, *parts: str) -> str:
+    """Join a URI and relative parts with ``/``."""
+    out = uri.rstrip("/")
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            out += "/" + part
+    return out
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How to reach the store.
+
+    Attributes:
+        endpoint: ``http(s)://host:port`` of an S3-compatible server; empty for AWS itself.
+        region: signing region (SeaweedFS and MinIO accept any; AWS needs the bucket's).
+        addressing: ``path`` (``host/bucket/key``: what in-cluster stores serve) or ``virtual``.
+        access_key: access key id (from the Secret); empty for anonymous access.
+        secret_key: secret access key.
+        connect_timeout_s: per connection attempt, so an unreachable endpoint fails in seconds.
+        request_timeout_s: per request.
+    """
+
+    endpoint: str = ""
+    region: str = "us-east-1"
+    addressing: str = "path"
+    access_key: str = ""
+    secret_key: str = ""
+    connect_timeout_s: float = 3.0
+    request_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.endpoint:
+            parsed = urlparse(self.endpoint)
+            if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
+                raise StoreError(f"{ENV_ENDPOINT}={self.endpoint!r}: use http://HOST:PORT or "
+                                 f"https://HOST:PORT (the scheme switches TLS off/on)")
+        if self.addressing not in ADDRESSING:
+            raise StoreError(f"{ENV_ADDRESSING}={self.addressing!r}: use one of {', '.join(ADDRESSING)}")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise StoreError(f"only one of {ENV_ACCESS_KEY} and {ENV_SECRET_KEY} is set: set both "
+                             f"(from the same Secret) or neither")
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "StoreConfig":
+        env = os.environ if env is None else env
+        return cls(endpoint=env.get(ENV_ENDPOINT, "").strip(),
+                   region=env.get(ENV_REGION, "").strip() or "us-east-1",
+                   addressing=env.get(ENV_ADDRESSING, "").strip() or "path",
+                   access_key=env.get(ENV_ACCESS_KEY, ""), secret_key=env.get(ENV_SECRET_KEY, ""))
+
+    def to_env(self) -> dict:
+        """The non-secret variables (credentials travel separately, by Secret reference)."""
+        return {ENV_ENDPOINT: self.endpoint, ENV_REGION: self.region, ENV_ADDRESSING: self.addressing}
+
+
+def _explain(exc: BaseException, uri: str, config: StoreConfig) -> StoreError:
+    """One line naming the URI and the fix, from pyarrow's (AWS SDK's) multi-line message."""
+    text = " ".join(str(exc).split())
+    low = text.lower()
+    where = config.endpoint or "AWS S3"
+    if any(s in low for s in ("invalidaccesskeyid", "signaturedoesnotmatch", "accessdenied",
+                              "access_denied", "access denied", "http status 403", "forbidden")):
+        why = (f"the store at {where} refused the credentials: check {ENV_ACCESS_KEY}/"
+               f"{ENV_SECRET_KEY} (the Secret's keys) and the identity's permissions")
+    elif "nosuchbucket" in low or "bucket does not exist" in low or "bucket not found" in low:
+        why = f"the bucket does not exist at {where}: create it or fix the URI"
+    elif any(s in low for s in ("couldn't connect", "could not connect", "connection refused",
+                                "timeout was reached", "timed out", "resolve host", "curl error",
+                                "network connection", "failed to connect")):
+        why = (f"cannot reach the store at {where}: check {ENV_ENDPOINT} (scheme, host, port) and "
+               f"that the server is up")
+    elif isinstance(exc, FileNotFoundError):
+        why = "no such object or prefix: check the URI (a prep output has train/schema.json)"
+    else:
+        why = f"the store at {where} failed: {text[:300]}"
+    return StoreError(f"{uri}: {why}")
+
+
+class Store:
+    """A thin client over one S3 filesystem; every method takes full ``s3://`` URIs."""
+
+    def __init__(self, config: StoreConfig):
+        from pyarrow import fs as pafs
+
+        self.config = config
+        kwargs = dict(region=config.region, connect_timeout=config.connect_timeout_s,
+                      request_timeout=config.request_timeout_s,
+                      retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+                      force_virtual_addressing=config.addressing == "virtual")
+        if config.endpoint:
+            parsed = urlparse(config.endpoint)
+            kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme)
+        if config.access_key:
+            kwargs.update(access_key=config.access_key, secret_key=config.secret_key)
+        else:
+            kwargs.update(anonymous=True)
+        self.fs = pafs.S3FileSystem(**kwargs)
+        self.local = pafs.LocalFileSystem()
+
+    @staticmethod
+    def _path(uri: str) -> str:
+        bucket, key = split_uri(uri)
+        return f"{bucket}/{key}" if key else bucket
+
+    # -------------------------------------------------------------------------------- checks
+    def check_prefix(self, uri: str) -> None:
+        """Fail fast, with one line, unless the bucket is reachable with these credentials and
+        something exists under ``uri``."""
+        from pyarrow import fs as pafs
+
+        bucket, key = split_uri(uri)
+        try:
+            info = self.fs.get_file_info(bucket)
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+        if info.type == pafs.FileType.NotFound:
+            raise StoreError(f"{uri}: bucket {bucket!r} does not exist at "
+                             f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
+        if key and not self.exists(uri):
+            raise StoreError(f"{uri}: nothing under this prefix: check the URI (the output of "
+                             f"`ctr-volcano prep`, uploaded as is)")
+
+    def check_bucket(self, uri: str) -> None:
+        """Fail fast unless the bucket of ``uri`` exists and the credentials may list it."""
+        from pyarrow import fs as pafs
+
+        bucket, _ = split_uri(uri)
+        try:
+            info = self.fs.get_file_info(bucket)
+            if info.type != pafs.FileType.NotFound:
+                self.fs.get_file_info(pafs.FileSelector(bucket, recursive=False))
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+        if info.type == pafs.FileType.NotFound:
+            raise StoreError(f"{uri}: bucket {bucket!r} does not exist at "
+                             f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
+
+    # ---------------------------------------------------------------------------------- reads
+    def exists(self, uri: str) -> bool:
+        from pyarrow import fs as pafs
+
+        try:
+            info = self.fs.get_file_info(self._path(uri))
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+        return info.type != pafs.FileType.NotFound
+
+    def list(self, uri: str, recursive: bool = False) -> List[Tuple[str, bool]]:
+        """``[(relative name, is_dir), ...]`` under ``uri``, sorted; empty when nothing is there."""
+        from pyarrow import fs as pafs
+
+        base = self._path(uri).rstrip("/")
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=recursive,
+                                                            allow_not_found=True))
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+        out = [(i.path[len(base) + 1:], i.type == pafs.FileType.Directory) for i in infos]
+        return sorted(out)
+
+    def read_bytes(self, uri: str) -> Optional[bytes]:
+        """A small object's bytes, or ``None`` when it does not exist."""
+        try:
+            with self.fs.open_input_stream(self._path(uri)) as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+
+    def mtime(self, uri: str) -> Optional[float]:
+        """An object's modification time (seconds since the epoch), or ``None``."""
+        from pyarrow import fs as pafs
+
+        try:
+            info = self.fs.get_file_info(self._path(uri))
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+        if info.type == pafs.FileType.NotFound or info.mtime is None:
+            return None
+        return info.mtime.timestamp()
+
+    # --------------------------------------------------------------------------------- writes
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Put one small object (a single PUT: readers see all of it or nothing)."""
+        try:
+            with self.fs.open_output_stream(self._path(uri)) as fh:
+                fh.write(data)
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+
+    def _copy(self, src_fs, src: str, dst_fs, dst: str) -> None:
+        """Stream one file in ``COPY_CHUNK`` pieces; closes the output explicitly, so an upload
+        the server refuses raises here (a stream closed by its destructor only logs the error)."""
+        with src_fs.open_input_stream(src) as fin:
+            out = dst_fs.open_output_stream(dst)
+            try:
+                while True:
+                    chunk = fin.read(COPY_CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+            except BaseException:
+                try:
+                    out.close()
+                except OSError:
+                    pass
+                raise
+            out.close()
+
+    def _tree(self, fs, base: str) -> List[str]:
+        """Relative paths of the files under ``base`` (``[""]`` when ``base`` is a file)."""
+        from pyarrow import fs as pafs
+
+        info = fs.get_file_info(base)
+        if info.type == pafs.FileType.File:
+            return [""]
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(base)
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        return sorted(i.path[len(base.rstrip("/")) + 1:] for i in infos if i.type == pafs.FileType.File)
+
+    def download(self, uri: str, local_path: str) -> None:
+        """Stream one object, or every object under a prefix, to ``local_path``."""
+        src = self._path(uri).rstrip("/")
+        dst = os.path.abspath(local_path)
+        try:
+            for rel in self._tree(self.fs, src):
+                target = os.path.join(dst, rel) if rel else dst
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                self._copy(self.fs, f"{src}/{rel}" if rel else src, self.local, target)
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+
+    def upload(self, local_path: str, uri: str) -> None:
+        """Stream one file, or a directory tree, from ``local_path`` to ``uri``."""
+        src = os.path.abspath(local_path)
+        dst = self._path(uri).rstrip("/")
+        try:
+            rels = self._tree(self.local, src)
+            # a checkpoint is many small files: a few PUTs in flight hide the per-request latency
+            with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(rels) or 1)) as pool:
+                for future in [pool.submit(self._copy, self.local, os.path.join(src, rel) if rel else src,
+                                           self.fs, f"{dst}/{rel}" if rel else dst) for rel in rels]:
+                    future.result()
+        except FileNotFoundError as exc:
+            raise StoreError(f"{local_path}: nothing to upload ({exc})") from None
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None
+
+    def delete(self, uri: str) -> None:
+        """Delete one object or everything under a prefix (missing is fine)."""
+        from pyarrow import fs as pafs
+
+        path = self._path(uri)
+        try:
+            info = self.fs.get_file_info(path)
+            if info.type == pafs.FileType.File:
+                self.fs.delete_file(path)
+            elif info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise _explain(exc, uri, self.config) from None

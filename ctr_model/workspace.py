@@ -1,0 +1,341 @@
+"""Where a gang's roles meet: a shared directory, or an object-store prefix plus local scratch.
+
+The training code writes everything (checkpoints, model, metrics, coordination files) under
+:attr:`Workspace.root`, a local path, and then tells the workspace what it wrote:
+
+* :class:`SharedDirWorkspace` (a volume every role mounts): ``root`` is the output directory itself;
+  publishing and fetching are no-ops, small files are plain files.
+* :class:`StoreWorkspace` (``CTR_OUTPUT_DIR=s3://...``): ``root`` is the *relative* path ``out`` under
+  the role's own scratch directory (the process's working directory). Paddle sends checkpoint and
+  model paths from trainer 0 to the pservers verbatim, so a relative path lands in each role's own
+  scratch, on a cluster and on one machine alike. What a role writes reaches the store only when it
+  calls :meth:`publish`; pservers, whose writes trainer 0 triggers over RPC, publish on request
+  (:meth:`StoreWorkspace.request_publish` / :class:`PublishResponder`), and trainer 0 waits for
+  every pserver's acknowledgement before it marks a checkpoint complete.
+
+Input data is staged the same way: :func:`stage_split` downloads one trainer's own shards.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from typing import Callable, List, Mapping, Optional, Sequence
+
+from ctr_model import store as s3
+
+__all__ = ["Workspace", "SharedDirWorkspace", "StoreWorkspace", "PublishResponder",
+           "open_workspace", "remote_split", "stage_split", "PUBLISH_DIR", "LOCAL_ROOT", "PUBLISH_TIMEOUT_S"]
+
+#: Coordination objects of the publish protocol, under the gang directory.
+PUBLISH_DIR = "_gang/publish"
+#: The output's local mirror, relative to the role's scratch (= working) directory.
+LOCAL_ROOT = "out"
+#: How long trainer 0 waits for the pservers to upload what they saved.
+PUBLISH_TIMEOUT_S = float(os.environ.get("CTR_PUBLISH_TIMEOUT_S", "600"))
+
+
+class Workspace:
+    """The interface both kinds implement; paths are relative to the output root."""
+
+    #: local directory the role writes into (what Paddle is given)
+    root: str
+    #: where the outputs end up (a local directory or an ``s3://`` URI)
+    location: str
+
+    def local(self, rel: str) -> str:
+        return os.path.join(self.root, rel)
+
+    def publish(self, rel: str) -> None:
+        """Make the local file or tree ``rel`` visible to every role and to later attempts."""
+
+    def fetch(self, rel: str) -> bool:
+        """Bring ``rel`` (file or tree) from the shared output into the local root; ``False`` if absent."""
+        return os.path.exists(self.local(rel))
+
+    def read_text(self, rel: str) -> Optional[str]:
+        raise NotImplementedError
+
+    def write_text(self, rel: str, text: str) -> None:
+        raise NotImplementedError
+
+    def mtime(self, rel: str) -> Optional[float]:
+        raise NotImplementedError
+
+    def remove(self, rel: str) -> None:
+        raise NotImplementedError
+
+    def request_publish(self, rel: str, roles: Sequence[str]) -> None:
+        """Ask ``roles`` to publish their local ``rel`` and wait until they have."""
+
+
+class SharedDirWorkspace(Workspace):
+    """Every role sees the same directory."""
+
+    def __init__(self, output_dir: str):
+        self.root = self.location = output_dir
+
+    def read_text(self, rel: str) -> Optional[str]:
+        try:
+            with open(self.local(rel), encoding="utf-8") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def write_text(self, rel: str, text: str) -> None:
+        path = self.local(rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+
+    def mtime(self, rel: str) -> Optional[float]:
+        try:
+            return os.path.getmtime(self.local(rel))
+        except OSError:
+            return None
+
+    def remove(self, rel: str) -> None:
+        path = self.local(rel)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.exists(path):
+            os.remove(path)
+
+
+class StoreWorkspace(Workspace):
+    """Outputs under an ``s3://`` prefix; each role works in its own local scratch copy."""
+
+    def __init__(self, uri: str, client: "s3.Store", root: str = LOCAL_ROOT):
+        self.location = uri.rstrip("/")
+        self.store = client
+        self.root = root
+
+    def uri(self, rel: str) -> str:
+        return s3.join(self.location, rel)
+
+    def publish(self, rel: str) -> None:
+        path = self.local(rel)
+        if os.path.exists(path):
+            self.store.upload(path, self.uri(rel))
+
+    def fetch(self, rel: str) -> bool:
+        if not self.store.exists(self.uri(rel)):
+            return False
+        self.store.download(self.uri(rel), self.local(rel))
+        return True
+
+    def read_text(self, rel: str) -> Optional[str]:
+        data = self.store.read_bytes(self.uri(rel))
+        return None if data is None else data.decode("utf-8")
+
+    def write_text(self, rel: str, text: str) -> None:
+        path = self.local(rel)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        self.store.write_bytes(self.uri(rel), text.encode("utf-8"))
+
+    def mtime(self, rel: str) -> Optional[float]:
+        return self.store.mtime(self.uri(rel))
+
+    def remove(self, rel: str) -> None:
+        shutil.rmtree(self.local(rel), ignore_errors=True)
+        self.store.delete(self.uri(rel))
+
+    def list(self, rel: str) -> List[str]:
+        return [name for name, _ in self.store.list(self.uri(rel))]
+
+    def request_publish(self, rel: str, roles: Sequence[str],
+                        timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+        token = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
+        self.store.write_bytes(self.uri(f"{PUBLISH_DIR}/{token}.json"),
+                               json.dumps({"path": rel}).encode())
+        waiting = set(roles)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            names = {n for n, _ in self.store.list(self.uri(PUBLISH_DIR))}
+            waiting = {r for r in waiting if f"{token}.{r}.done" not in names}
+            failed = sorted(r for r in roles if f"{token}.{r}.failed" in names)
+            if failed:
+                reason = self.read_text(f"{PUBLISH_DIR}/{token}.{failed[0]}.failed")
+                raise RuntimeError(f"{failed[0]} could not upload {rel} to {self.uri(rel)}: {reason}")
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{sorted(waiting)} did not upload {rel} to {self.uri(rel)} "
+                                   f"within {timeout_s:.0f}s (CTR_PUBLISH_TIMEOUT_S); see their logs")
+            time.sleep(0.05)
+
+
+class PublishResponder:
+    """A pserver's helper: uploads what trainer 0 asks for, then acknowledges.
+
+    A separate process, because a pserver's main thread blocks inside Paddle's ``run_server``
+    without releasing the GIL, which starves any Python thread of the pserver. It runs
+    ``python -m ctr_model.workspace`` in the same working directory and environment (so it sees the
+    pserver's scratch and the store's credentials), and exits when the pserver does. Requests
+    present when it starts belong to earlier attempts and are ignored.
+    """
+
+    def __init__(self, workspace: StoreWorkspace, role: str, interval_s: float = 0.1):
+        self.ws, self.role, self.interval_s = workspace, role, interval_s
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> None:
+        import sys
+
+        seen = sorted(n for n in self.ws.list(PUBLISH_DIR) if n.endswith(".json"))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ctr_model.workspace", "--uri", self.ws.location, "--root",
+             self.ws.root, "--role", self.role, "--parent", str(os.getpid()),
+             "--interval", str(self.interval_s), "--seen", ",".join(seen)],
+            stdin=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+def _respond(ws: StoreWorkspace, role: str, parent: int, interval_s: float, seen: set) -> int:
+    """The responder's loop (see :class:`PublishResponder`)."""
+    while os.getppid() == parent:
+        time.sleep(interval_s)
+        try:
+            names = [n for n in ws.list(PUBLISH_DIR) if n.endswith(".json")]
+        except Exception as exc:   # a transient store error: try again on the next tick
+            print(f"{role}: listing publish requests failed: {exc}", flush=True)
+            continue
+        for name in sorted(set(names) - seen):
+            seen.add(name)
+            token = name[:-len(".json")]
+            try:
+                rel = json.loads(ws.read_text(f"{PUBLISH_DIR}/{name}") or "{}")["path"]
+                t = time.time()
+                ws.publish(rel)
+                ws.store.write_bytes(ws.uri(f"{PUBLISH_DIR}/{token}.{role}.done"), b"ok")
+                print(f"[{time.strftime('%H:%M:%S')}] {role}: uploaded {rel} to {ws.uri(rel)} in "
+                      f"{time.time() - t:.1f}s", flush=True)
+            except Exception as exc:
+                ws.store.write_bytes(ws.uri(f"{PUBLISH_DIR}/{token}.{role}.failed"), str(exc).encode())
+    return 0
+
+
+def open_workspace(output_dir: str, env: Optional[Mapping[str, str]] = None) -> Workspace:
+    """The workspace for ``CTR_OUTPUT_DIR``: a store prefix for ``s3://``, else a shared dir.
+
+    Args:
+        output_dir: a local directory or an ``s3://`` URI.
+        env: the store's variables (:mod:`ctr_model.store`); default ``os.environ``.
+    """
+    if s3.is_uri(output_dir):
+        client = s3.Store(s3.StoreConfig.from_env(env))
+        client.check_bucket(output_dir)
+        return StoreWorkspace(output_dir, client)
+    return SharedDirWorkspace(output_dir)
+
+
+def remote_split(client: "s3.Store", data_uri: str, split: str):
+    """``(split URI, sorted shard names, schema document)`` of a prep output in the store, or
+    ``None`` if it has no such split (``test`` is optional; a split URI itself is accepted for
+    ``train``). Only listings and ``schema.json`` are read.
+
+    Raises:
+        StoreError: unreachable store, refused credentials, missing bucket or empty prefix.
+        DataError: the prefix is not a prep output, its schema is not this code's, or the split has
+            no shards.
+    """
+    from ctr_model.data import DataError
+    from ctr_model.features import RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION
+
+    client.check_prefix(data_uri)
+    candidate = s3.join(data_uri, split)
+    if client.exists(s3.join(candidate, SCHEMA_FILE)):
+        src = candidate
+    elif split == "train" and client.exists(s3.join(data_uri, SCHEMA_FILE)):
+        src = data_uri
+    elif split == "train":
+        raise DataError(f"{data_uri}: neither {split}/{SCHEMA_FILE} nor {SCHEMA_FILE} is there: pass "
+                        f"the output of `ctr-volcano prep` (uploaded as is)")
+    else:
+        return None
+    try:
+        schema = json.loads(client.read_bytes(s3.join(src, SCHEMA_FILE)) or b"")
+    except ValueError:
+        schema = None
+    if not isinstance(schema, dict) or schema.get("schema_version") != SCHEMA_VERSION \
+            or list(schema.get("columns") or []) != list(RAW_COLUMNS):
+        found = schema.get("schema_version") if isinstance(schema, dict) else "unreadable"
+        raise DataError(f"{src}/{SCHEMA_FILE}: schema_version {found!r}, columns as written by "
+                        f"another version; this code expects {SCHEMA_VERSION}: re-run `ctr-volcano "
+                        f"prep` with this version")
+    remote = sorted(n for n, is_dir in client.list(src)
+                    if not is_dir and n.startswith("part-") and n.endswith(".parquet"))
+    if not remote:
+        raise DataError(f"{src} has no part-*.parquet shards: re-run `ctr-volcano prep`")
+    return src, remote, schema
+
+
+def stage_split(client: "s3.Store", data_uri: str, split: str, local_dir: str,
+                select: Callable[[List[str]], List[str]]):
+    """Check ``split`` of a prep output in the store and plan the download of the shards ``select``
+    picks; returns ``(SplitInfo of the local copy, shards in the store, download)`` or ``None``
+    when the prep output has no such split.
+
+    ``download()`` streams the selected shards (bounded memory) and returns their local paths; it is
+    separate so a trainer can overlap it with Paddle's start-up. A prefix that is not a prep output,
+    or of another schema version, is refused before anything is downloaded.
+    """
+    from ctr_model.data import SplitInfo
+    from ctr_model.features import SCHEMA_FILE
+
+    found = remote_split(client, data_uri, split)
+    if found is None:
+        return None
+    src, remote, schema = found
+    chosen = select(remote)
+    os.makedirs(local_dir, exist_ok=True)
+    with open(os.path.join(local_dir, SCHEMA_FILE), "w", encoding="utf-8") as fh:
+        json.dump(schema, fh)
+    files = tuple(os.path.join(local_dir, name) for name in chosen)
+
+    def download() -> List[str]:
+        for name, path in zip(chosen, files):
+            client.download(s3.join(src, name), path)
+        return list(files)
+
+    info = SplitInfo(path=src, hash_buckets=int(schema.get("hash_buckets", 0)),
+                     rows=int(schema.get("rows", -1)), files=files)
+    return info, len(remote), download
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m ctr_model.workspace``: a pserver's publish responder (not for users)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ctr_model.workspace")
+    parser.add_argument("--uri", required=True)
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--role", required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument("--seen", default="")
+    args = parser.parse_args(argv)
+    ws = StoreWorkspace(args.uri, s3.Store(s3.StoreConfig.from_env()), root=args.root)
+    return _respond(ws, args.role, args.parent, args.interval, set(filter(None, args.seen.split(","))))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

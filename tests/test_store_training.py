@@ -1,0 +1,205 @@
+"""The object-store hand-off against a real S3 server (SeaweedFS, see ``tests/s3store.py``).
+
+The gang reads ``s3://`` data and writes checkpoints, model and metrics to an ``s3://`` prefix; no
+role shares a directory with another (each works in its own scratch). Bad locations fail at the
+boundary with one line, exit 2, in seconds.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from ctr_model import store as s3
+from ctr_model.synthetic import write_planted_prep
+from ctr_volcano.cli import main
+from ctr_volcano.local_gang import processes_with_env
+from ctr_volcano.training import train_local
+
+SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
+         "progress_secs": 2.0, "sparse_shards": 4}
+
+
+@pytest.fixture(scope="module")
+def planted_local(tmp_path_factory):
+    d = tmp_path_factory.mktemp("planted")
+    oracle = write_planted_prep(str(d), train_rows=16_000, test_rows=4_000, shards=4, seed=11)
+    return str(d), oracle["oracle_test_auc"]
+
+
+@pytest.fixture
+def store_env(s3_server, monkeypatch):
+    env = {"CTR_S3_ENDPOINT": s3_server.endpoint, "CTR_S3_REGION": s3_server.region,
+           "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture
+def client(store_env):
+    return s3.Store(s3.StoreConfig.from_env(store_env))
+
+
+@pytest.fixture
+def planted_uri(planted_local, s3_bucket, client):
+    uri = s3.join(s3_bucket, "prep")
+    client.upload(planted_local[0], uri)
+    return uri
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------- store client
+def test_store_streams_a_tree_both_ways(client, s3_bucket, tmp_path):
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "big.bin").write_bytes(os.urandom(9 << 20))   # > 2 copy chunks
+    (src / "top.txt").write_text("hello")
+    client.upload(str(src), s3.join(s3_bucket, "t"))
+    assert client.list(s3.join(s3_bucket, "t")) == [("a", True), ("top.txt", False)]
+    client.download(s3.join(s3_bucket, "t"), str(tmp_path / "back"))
+    assert (tmp_path / "back" / "a" / "b" / "big.bin").read_bytes() == (src / "a" / "b" / "big.bin").read_bytes()
+    assert client.read_bytes(s3.join(s3_bucket, "t/top.txt")) == b"hello"
+    assert client.read_bytes(s3.join(s3_bucket, "t/none")) is None
+    client.delete(s3.join(s3_bucket, "t"))
+    # no object is left (SeaweedFS removes the emptied directories asynchronously)
+    assert [n for n, is_dir in client.list(s3.join(s3_bucket, "t"), recursive=True) if not is_dir] == []
+
+
+# -------------------------------------------------------------------------- bad input, via the CLI
+def _train_cli(tmp_path, data, *extra):
+    t0 = time.monotonic()
+    rc = main(["train", "--data", data, "--model-out", str(tmp_path / "m"), "--workdir",
+               str(tmp_path / "w"), *extra])
+    return rc, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("case", ["wrong-credentials", "missing-bucket", "missing-prefix",
+                                  "unreachable-endpoint", "not-a-prep-output", "output-bucket"])
+def test_bad_store_locations_fail_at_the_boundary(case, planted_uri, s3_bucket, client, tmp_path,
+                                                  monkeypatch, capsys):
+    data, extra = planted_uri, []
+    if case == "wrong-credentials":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        expect = "refused the credentials"
+    elif case == "missing-bucket":
+        data = "s3://no-such-bucket-ctr/prep"
+        expect = "does not exist"
+    elif case == "missing-prefix":
+        data = s3.join(s3_bucket, "nothing-here")
+        expect = "nothing under this prefix"
+    elif case == "unreachable-endpoint":
+        monkeypatch.setenv("CTR_S3_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
+        expect = "cannot reach the store"
+    elif case == "not-a-prep-output":
+        client.write_bytes(s3.join(s3_bucket, "other/readme.txt"), b"not data")
+        data = s3.join(s3_bucket, "other")
+        expect = "ctr-volcano prep"
+    else:
+        extra = ["--output", "s3://no-such-bucket-ctr/run"]
+        expect = "does not exist"
+    rc, seconds = _train_cli(tmp_path, data, *extra)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert expect in err and "s3://" in err, err
+    assert seconds < 15, f"took {seconds:.1f}s"
+    assert not (tmp_path / "w").exists(), "a gang was started"
+
+
+# ------------------------------------------------------------------------------- real gangs
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
+def _job_processes(job_id: str, *extra: str):
+    return processes_with_env(f"CTR_JOB_ID={job_id}", *extra)
+
+
+@pytest.fixture
+def job_id():
+    jid = f"s3test-{uuid.uuid4().hex[:8]}"
+    yield jid
+    deadline = time.time() + 10
+    while _job_processes(jid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _job_processes(jid) == [], "processes of the gang were left behind"
+
+
+@pytest.mark.slow
+def test_gang_trains_from_the_store_into_the_store(planted_uri, planted_local, s3_bucket, client,
+                                                    store_env, job_id, tmp_path):
+    out = s3.join(s3_bucket, "run")
+    result = train_local(planted_uri, str(tmp_path / "model"), {**SMALL, "epochs": 2}, max_retry=0,
+                         workdir=str(tmp_path / "w"), job_id=job_id, log=lambda m: None,
+                         output_dir=out, store_env=store_env)
+    m = result.metrics
+    assert [e["epoch"] for e in m["epochs"]] == [1, 2]
+    assert m["epochs"][0]["examples"] == 16_000            # each trainer fetched its own shards
+    assert m["test"]["auc"] > 0.7, m["test"]
+    names = {n for n, _ in client.list(out)}
+    assert {"model", "checkpoints", "metrics.json"} <= names
+    ckpts = {n for n, _ in client.list(s3.join(out, "checkpoints"))}
+    assert ckpts == {"epoch-1", "epoch-2"}
+    epoch2 = {n for n, _ in client.list(s3.join(out, "checkpoints/epoch-2"), recursive=True)}
+    assert {"_COMPLETE", "meta.json", "000", "001"} <= epoch2
+    # both pservers' parts of the sparse table reached the store (each uploaded its own)
+    parts = [n for n, _ in client.list(s3.join(out, "model/000"))]
+    assert {p.split("-")[1] for p in parts if p.startswith("part-")} == {"000", "001"}, parts
+    from ctr_model.infer import load_model
+
+    assert load_model(result.model_dir).meta["hash_buckets"] == 100_003
+    # nothing was shared through the local filesystem, and every role removed its scratch
+    assert not (tmp_path / "w" / "output").exists()
+    gang = tmp_path / "w" / "gang"
+    assert not any(p.name == "scratch" for p in gang.rglob("scratch")), list(gang.rglob("*"))
+
+
+@pytest.mark.slow
+def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, client, store_env, job_id,
+                                               tmp_path):
+    out = s3.join(s3_bucket, "run")
+    box: dict = {}
+
+    def kill_after_first_checkpoint():
+        marker = s3.join(out, "checkpoints/epoch-1/_COMPLETE")
+        deadline = time.time() + 240
+        while time.time() < deadline and "killed_at" not in box:
+            if client.exists(marker):
+                pids = [p for p in _job_processes(job_id, "CTR_ROLE=trainer", "VC_TASK_INDEX=1")
+                        if b"ctr_model.train" in open(f"/proc/{p}/cmdline", "rb").read()]
+                roots = [p for p in pids if _ppid(p) not in pids]   # not gloo's helper children
+                if roots:
+                    os.kill(roots[0], signal.SIGKILL)
+                    box["killed_at"] = time.time()
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_after_first_checkpoint)
+    killer.start()
+    result = train_local(planted_uri, str(tmp_path / "model"), {**SMALL, "epochs": 3}, max_retry=1,
+                         workdir=str(tmp_path / "w"), job_id=job_id, log=lambda m: None,
+                         output_dir=out, store_env=store_env)
+    killer.join()
+    assert "killed_at" in box
+    assert result.attempts == 2
+    assert result.metrics["resumed_from_epoch"] >= 1
+    assert [e["epoch"] for e in result.metrics["epochs"]] == [1, 2, 3]
+    assert result.metrics["test"]["auc"] > 0.6
+    # the restarted pservers took their tables from the store, not from a shared directory
+    for i in (0, 1):
+        log = (tmp_path / "w" / "gang" / "attempt-2" / f"pserver-{i}.log").read_text()
+        assert f"fetched {out}/checkpoints/epoch-" in log, log[-2000:]
