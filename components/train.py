@@ -41,6 +41,7 @@ def train_ctr(
     pvc_name: str = "",
     pvc_mount_path: str = "/mnt/ctr",
     schedule_timeout_s: int = 600,
+    stall_timeout_s: float = 300.0,
     run_id: str = "",
     task_name: str = "",
     service_account: str = "",
@@ -71,6 +72,8 @@ def train_ctr(
         pvc_name: Volcano only: a ReadWriteMany PVC mounted by this step and by the gang's pods.
         pvc_mount_path: Volcano only: where this step and the gang's pods mount the PVC.
         schedule_timeout_s: Volcano only: seconds the gang may stay Pending before the step fails.
+        stall_timeout_s: seconds a trainer may print nothing before it counts as hung (local: the
+            gang restarts; Volcano: the step fails and the Job is deleted).
         run_id: Volcano only: the KFP run id (pass dsl.PIPELINE_JOB_ID_PLACEHOLDER); names the Job
             so a retried step re-attaches instead of creating a duplicate.
         task_name: Volcano only: the KFP task name (pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER).
@@ -92,7 +95,8 @@ def train_ctr(
         batch_size=batch_size, learning_rate=learning_rate, max_retry=max_retry,
         namespace=namespace, image=image, queue=queue, priority_class=priority_class,
         pvc_name=pvc_name, pvc_mount_path=pvc_mount_path, schedule_timeout_s=schedule_timeout_s,
-        run_id=run_id, task_name=task_name, service_account=service_account, cpu=cpu,
+        stall_timeout_s=stall_timeout_s, run_id=run_id, task_name=task_name,
+        service_account=service_account, cpu=cpu,
         memory=memory, gpus=gpus, ttl_seconds_after_finished=ttl_seconds_after_finished,
         poll_s=poll_interval_s)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from ctr_volcano.errors import BadInput
+from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
 
 __all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "train_config_of",
            "run_owner_references"]
@@ -44,6 +45,8 @@ class StepParams:
         pvc_name: Volcano: the shared RWX claim (required for ``volcano``).
         pvc_mount_path: Volcano: where the claim is mounted here and in the gang's pods.
         schedule_timeout_s: Volcano: seconds the gang may stay Pending.
+        stall_timeout_s: both backends: a trainer whose log gains no line for this long is hung;
+            the local backend restarts the gang, the Volcano launcher fails the step and deletes the Job.
         run_id: Volcano: KFP run id (names the Job; a retried step re-attaches).
         task_name: Volcano: KFP task name.
         job_name: Volcano: explicit Job name (overrides the name derived from run_id/task_name).
@@ -74,6 +77,7 @@ class StepParams:
     pvc_name: Optional[str] = None
     pvc_mount_path: str = "/mnt/ctr"
     schedule_timeout_s: int = 600
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     run_id: Optional[str] = None
     task_name: Optional[str] = None
     job_name: Optional[str] = None
@@ -103,6 +107,10 @@ class StepParams:
             raise BadInput("max_retry", self.max_retry, "use a whole number >= 0")
         if not isinstance(self.gpus, int) or self.gpus < 0:
             raise BadInput("gpus", self.gpus, "use a whole number >= 0")
+        if isinstance(self.stall_timeout_s, bool) or not isinstance(self.stall_timeout_s, (int, float)) \
+                or not self.stall_timeout_s > 0:
+            raise BadInput("stall_timeout_s", self.stall_timeout_s,
+                           "use a positive number of seconds (trainers log progress every 10 s)")
         if self.poll_s <= 0 or self.explain_every_s <= 0:
             raise BadInput("poll_s", self.poll_s, "use positive intervals")
         if self.backend == "volcano" and not self.pvc_name:
@@ -157,7 +165,7 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         trainer_resources=replace(pods, gpu=params.gpus),
         queue=params.queue, priority_class=params.priority_class, max_retry=params.max_retry,
         ttl_seconds_after_finished=params.ttl_seconds_after_finished,
-        schedule_timeout_s=params.schedule_timeout_s,
+        schedule_timeout_s=params.schedule_timeout_s, stall_timeout_s=params.stall_timeout_s,
         service_account=params.service_account,
         volumes=(PvcVolume(params.pvc_name, params.pvc_mount_path),) if params.pvc_name else (),
         run_id=params.run_id, task_name=params.task_name)
@@ -243,7 +251,8 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
         if on_identity:
             on_identity({"backend": "local", "pservers": params.pservers, "trainers": params.trainers})
         return train_local(data_path, model_dir, train_config_of(params), pservers=params.pservers,
-                           trainers=params.trainers, max_retry=params.max_retry, log=log)
+                           trainers=params.trainers, max_retry=params.max_retry,
+                           stall_timeout_s=params.stall_timeout_s, log=log)
 
     from ctr_volcano.volcano.client import KubeClient
     from ctr_volcano.volcano.handoff import copy_model_out, prepare_run_dir
