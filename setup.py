@@ -7,6 +7,7 @@ INSTALL_REQUIRES = [
     "numpy==1.26.4",
     "pandas==3.0.6",
     "pyarrow==25.0.0",  # 26.x refuses to import with numpy<2 (which paddlepaddle 2.6.2 needs)
+    "protobuf==6.33.6",  # 7.x breaks paddlepaddle 2.6.2's DistributedStrategy (a_sync)
     "kfp==2.17.3",
     "kfp-kubernetes==2.17.3",
     "kubernetes==30.1.0",

@@ -280,6 +280,11 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
         if expected and hosts and expected != str(len(hosts)):
             bad.append(f"{count_var}={expected} but Volcano lists {len(hosts)} {task} host(s): "
                        f"the Job's {task} replicas and the launcher disagree")
+    for task, hosts in ((PSERVER, pserver_hosts), (TRAINER, trainer_hosts)):
+        num_var = f"VC_{task.upper()}_NUM"   # the svc plugin's replica count of the task
+        num = env.get(num_var, "").strip()
+        if num and hosts and num != str(len(hosts)):
+            bad.append(f"{num_var}={num} but Volcano lists {len(hosts)} {task} host(s)")
     if role in ROLES and index >= 0:
         hosts = pserver_hosts if role == PSERVER else trainer_hosts
         if hosts and index >= len(hosts):

@@ -35,26 +35,42 @@ class ModelError(ValueError):
 
 
 def read_sparse_table(model_dir: str, dim: int):
-    """Parse the pservers' sparse-table shards into ``(sorted keys uint64, rows float32[n, dim])``."""
+    """Parse the pservers' sparse-table shards into ``(sorted keys uint64, rows float32[n, dim])``.
+
+    Read with pyarrow's CSV reader, not pandas: this runs in trainer 0 at export time, inside the
+    trainer image, which holds paddle, numpy and pyarrow only (dockerfiles/Dockerfile.trainer).
+    """
     import numpy as np
-    import pandas as pd
+    import pyarrow as pa
+    from pyarrow import csv
 
     files = sorted(glob.glob(os.path.join(model_dir, "000", "part-*")))
     if not files:
         raise ModelError(f"{model_dir}/000/ has no sparse-table shards: was the model exported by "
                          f"ctr_model.train (fleet.save_inference_model)?")
     cols = [0, _EMBED_W_COL] + list(range(_EMBEDX_COL, _EMBEDX_COL + dim - 1))
+    names = [f"f{c}" for c in cols]
     keys, rows = [], []
     for path in files:
         if os.path.getsize(path) <= 20:        # empty gzip member
             continue
-        try:
-            frame = pd.read_csv(path, sep=" ", header=None, usecols=cols, compression="gzip",
-                                dtype={0: "uint64"}, engine="c")
-        except pd.errors.EmptyDataError:
+        with pa.input_stream(path, compression="gzip") as stream:
+            try:
+                table = csv.read_csv(
+                    stream,
+                    read_options=csv.ReadOptions(autogenerate_column_names=True),
+                    parse_options=csv.ParseOptions(delimiter=" "),
+                    convert_options=csv.ConvertOptions(
+                        include_columns=names,
+                        column_types={n: (pa.uint64() if n == "f0" else pa.float32()) for n in names}))
+            except pa.ArrowInvalid as exc:
+                if "Empty CSV file" in str(exc):
+                    continue
+                raise
+        if table.num_rows == 0:
             continue
-        keys.append(frame[0].to_numpy(dtype=np.uint64))
-        rows.append(frame[cols[1:]].to_numpy(dtype=np.float32))
+        keys.append(table.column("f0").to_numpy())
+        rows.append(np.stack([table.column(n).to_numpy() for n in names[1:]], axis=1))
     if not keys:
         return np.zeros(0, dtype=np.uint64), np.zeros((0, dim), dtype=np.float32)
     k = np.concatenate(keys)

@@ -252,7 +252,7 @@ class FakeKube:
         resource = res + (sub or "")
         verb = {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}.get(method)
         if verb is None:
-            verb = "get" if name else ("watch" if query.get("watch") in ("true", "1") else "list")
+            verb = "get" if name else ("watch" if query.get("watch") in ("true", "True", "1") else "list")
         with self.lock:
             self.requests.append((verb, group, resource, raw_path))
             key = f"{verb} {resource}"
@@ -349,6 +349,8 @@ class FakeKube:
             if pod is None:
                 return 404, _status(404, f'pods "{name}" not found'), "application/json"
             return 200, pod, "application/json"
+        if verb == "watch":   # a watch that sees no change before it ends (the poll drives the script)
+            return 200, b"", "application/json"
         selector = dict(p.split("=", 1) for p in query.get("labelSelector", "").split(",") if "=" in p)
         items = [p for (n, _), p in sorted(self.pods.items()) if n == ns
                  and all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]

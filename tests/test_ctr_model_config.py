@@ -92,6 +92,10 @@ def test_inconsistent_counts_and_index_are_refused(tmp_path):
     with pytest.raises(ContractError, match="CTR_TRAINERS=3"):
         parse_role_env(env)
     env = _pod_env("trainer", 1, tmp_path)
+    env["VC_PSERVER_NUM"] = "3"    # the svc plugin's count disagrees with its own host list
+    with pytest.raises(ContractError, match="VC_PSERVER_NUM=3"):
+        parse_role_env(env)
+    env = _pod_env("trainer", 1, tmp_path)
     env["VC_TASK_INDEX"] = "5"
     with pytest.raises(ContractError, match="VC_TASK_INDEX=5"):
         parse_role_env(env)

@@ -32,7 +32,7 @@ def _setup_pins():
 def test_trainer_pins_match_setup_py():
     pins = _setup_pins()
     installed = dict(re.findall(r'"([A-Za-z0-9_.-]+)==([^"]+)"', TRAINER))
-    assert installed == {k: pins[k] for k in ("paddlepaddle", "numpy", "pyarrow")}
+    assert installed == {k: pins[k] for k in ("paddlepaddle", "numpy", "pyarrow", "protobuf")}
     assert installed["numpy"].startswith("1.")  # paddlepaddle 2.6.2 needs numpy<2
 
 

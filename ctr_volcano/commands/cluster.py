@@ -47,9 +47,38 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The claim ``minicluster up --process-nodes`` creates for the PVC hand-off.
+CLAIM_NAME = "ctr-data"
+CLAIM_NAMESPACE = "default"
+
+
+def _create_claim(mc: Any, cluster: Any, host_dir: Path) -> None:
+    """The ReadWriteMany claim ``default/ctr-data`` on a hostPath volume over ``host_dir``, bound by
+    kube-controller-manager's persistent-volume binder."""
+    import time
+
+    from kubernetes import client
+
+    from ctr_volcano.volcano.handoff import build_pvc
+
+    cluster.create_host_volume("ctr-data-host", host_dir, CLAIM_NAMESPACE, CLAIM_NAME)
+    core = client.CoreV1Api(cluster.api_client())
+    core.create_namespaced_persistent_volume_claim(CLAIM_NAMESPACE, build_pvc(CLAIM_NAME, CLAIM_NAMESPACE))
+    deadline = time.monotonic() + 60
+    while core.read_namespaced_persistent_volume_claim(CLAIM_NAME, CLAIM_NAMESPACE).status.phase != "Bound":
+        if time.monotonic() > deadline:
+            raise mc.ClusterError(f"claim {CLAIM_NAMESPACE}/{CLAIM_NAME} not Bound after 60s; see "
+                                  f"{cluster.logs.get('kube-controller-manager')}")
+        time.sleep(0.3)
+
+
 def _up(args: argparse.Namespace) -> int:
+    if args.nodes is None:
+        args.nodes = 0 if args.process_nodes else 3
     if args.nodes < 0:
         raise BadInput("--nodes", args.nodes, "use 0 or more nodes")
+    if args.process_nodes < 0:
+        raise BadInput("--process-nodes", args.process_nodes, "use 0 or more nodes")
     mc = load_minicluster()
     try:
         bin_dir = mc.build_binaries()
@@ -59,16 +88,29 @@ def _up(args: argparse.Namespace) -> int:
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     cluster = mc.MiniCluster(bin_dir, workdir, keep_workdir=True,
-                             schedule_period=args.schedule_period)
+                             schedule_period=args.schedule_period,
+                             process_nodes=args.process_nodes > 0)
     # Block the signals first so a Ctrl-C during start-up still reaches the cleanup below.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         cluster.start()
         if args.nodes:
             cluster.add_nodes(args.nodes, mc.NodeShape(cpu=args.cpu, memory=args.memory, pods=args.pods))
+        shape = mc.NodeShape(cpu=args.cpu, memory=args.memory, pods=args.pods)
+        if args.process_nodes:
+            cluster.add_process_nodes(args.process_nodes, shape)
+            claim_dir = cluster.workdir / CLAIM_NAME
+            # the pods run as UID 1000 and reach the claim at this very path
+            cluster.workdir.chmod(0o711)
+            _create_claim(mc, cluster, claim_dir)
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
-        print(f"# {args.nodes} kwok node(s) of cpu={args.cpu} memory={args.memory}; logs in "
-              f"{cluster.workdir / 'logs'}; Ctrl-C stops everything", flush=True)
+        if args.process_nodes:
+            print(f"# claim {CLAIM_NAMESPACE}/{CLAIM_NAME} (ReadWriteMany) is the host directory "
+                  f"{claim_dir}", flush=True)
+            print(f"CLAIM_DIR={claim_dir}", flush=True)
+        print(f"# {args.nodes} kwok node(s) and {args.process_nodes} process node(s) of cpu={args.cpu} "
+              f"memory={args.memory}; logs in {cluster.workdir / 'logs'}; Ctrl-C stops everything",
+              flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     except mc.ClusterError as exc:
         raise BadInput("minicluster", str(cluster.workdir), str(exc)) from None
@@ -90,7 +132,11 @@ def register(subparsers: Any) -> None:
     b.add_argument("--print-dir", action="store_true", help="only print where the binaries go")
     b.set_defaults(func=_build)
     u = sub.add_parser("up", help="start the cluster and wait for Ctrl-C")
-    u.add_argument("--nodes", type=int, default=3, help="kwok nodes to create (default: %(default)s)")
+    u.add_argument("--nodes", type=int, default=None,
+                   help="kwok (simulated) nodes to create (default: 3, or 0 with --process-nodes)")
+    u.add_argument("--process-nodes", type=int, default=0,
+                   help="nodes whose pods run as real processes (default: 0); also creates the "
+                        "ReadWriteMany claim default/ctr-data on a host directory for the hand-off")
     u.add_argument("--cpu", default="4", help="allocatable cpu per node (default: %(default)s)")
     u.add_argument("--memory", default="16Gi", help="allocatable memory per node (default: %(default)s)")
     u.add_argument("--pods", type=int, default=110, help="pods per node (default: %(default)s)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ctr_volcano.errors import BadInput, TransientError
 
@@ -169,6 +169,22 @@ class KubeClient:
         res = self._call(f"list pods {namespace} -l {label_selector}",
                          self._core.list_namespaced_pod, namespace, label_selector=label_selector)
         return self._dict(res).get("items") or []
+
+    def watch_pods(self, namespace: str, label_selector: str, timeout_s: int = 60) -> Iterator[Dict[str, Any]]:
+        """Every pod update matching ``label_selector`` for up to ``timeout_s`` seconds (API-shaped
+        dicts). A poll can miss a state that lasts less than its period (a pod Failed and deleted by
+        Volcano within a second); a watch sees each one."""
+        from kubernetes import watch
+
+        w = watch.Watch()
+        try:
+            for event in w.stream(self._core.list_namespaced_pod, namespace, label_selector=label_selector,
+                                  timeout_seconds=int(timeout_s), _request_timeout=int(timeout_s) + 10):
+                if isinstance(event.get("object"), dict):   # an ERROR event carries a Status dict
+                    continue
+                yield self._dict(event["object"])
+        finally:
+            w.stop()
 
     def read_log(self, namespace: str, pod: str, *, container: Optional[str] = None,
                  tail_lines: Optional[int] = None, since_seconds: Optional[int] = None,

@@ -176,6 +176,9 @@ class VolcanoLauncher:
         self.uid: Optional[str] = None
         self.identity: Optional[Dict[str, Any]] = None
         self.failures: Dict[str, PodFailure] = {}
+        self._failures_lock = threading.Lock()
+        self._watched_phase = ""
+        self._watched_retry = 0
         self._cursors: Dict[str, _LogCursor] = {}
         self._log_errors: set = set()
         self._cancel = threading.Event()
@@ -249,7 +252,35 @@ class VolcanoLauncher:
         return dict(self.identity)
 
     def watch(self) -> Dict[str, Any]:
-        """Poll until the Job is Completed (returned) or fails (raises)."""
+        """Poll until the Job is Completed (returned) or fails (raises).
+
+        Beside the poll, a pod watch captures failed pods the moment they fail: Volcano deletes a
+        failed pod with the rest of the gang well within one poll period, and once it is being
+        deleted a SIGKILLed pod (137) looks like one Volcano killed.
+        """
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch_pods, args=(done,), daemon=True,
+                                   name=f"pod-watch-{self.name}")
+        watcher.start()
+        try:
+            return self._poll()
+        finally:
+            done.set()
+
+    def _watch_pods(self, done: threading.Event) -> None:
+        while not done.is_set():
+            try:
+                for pod in self.client.watch_pods(self.namespace, f"volcano.sh/job-name={self.name}",
+                                                  timeout_s=30):
+                    if done.is_set():
+                        return
+                    if self._watched_phase not in ("", "Completing", "Completed"):
+                        self._capture_failures([pod], self._watched_retry)
+                done.wait(0.5)
+            except Exception:  # noqa: BLE001 - the poll still sees what the watch misses
+                done.wait(1.0)
+
+    def _poll(self) -> Dict[str, Any]:
         st = _WatchState()
         while True:
             if self._cancel.is_set():
@@ -272,6 +303,7 @@ class VolcanoLauncher:
                          f"{self.spec.volcano_max_retry}, running {status.get('running', 0)}, "
                          f"succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}{extra}")
                 st.phase, st.retry = phase, retry
+                self._watched_phase, self._watched_retry = phase, retry
             pods = self._api(self.client.list_pods, self.namespace, f"volcano.sh/job-name={self.name}")
             if phase not in ("Completing", "Completed"):  # CompleteJob kills the pservers on purpose
                 self._capture_failures(pods, retry)
@@ -463,6 +495,10 @@ class VolcanoLauncher:
         return restore
 
     def _capture_failures(self, pods: List[Mapping[str, Any]], retry: int) -> None:
+        with self._failures_lock:   # the poll and the pod watch both report
+            self._capture_failures_locked(pods, retry)
+
+    def _capture_failures_locked(self, pods: List[Mapping[str, Any]], retry: int) -> None:
         for pod in pods:
             meta = pod.get("metadata") or {}
             uid = meta.get("uid") or meta.get("name")

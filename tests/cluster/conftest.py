@@ -14,11 +14,12 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import pytest
 
@@ -86,15 +87,19 @@ def minicluster_bin() -> Path:
 def cluster(minicluster_bin, tmp_path_factory):
     """The running mini cluster (a :class:`minicluster.MiniCluster`)."""
     workdir = tmp_path_factory.mktemp("minicluster")
-    c = mc.MiniCluster(minicluster_bin, workdir, schedule_period="500ms")
+    c = mc.MiniCluster(minicluster_bin, workdir, schedule_period="500ms", process_nodes=True)
     try:
         c.start()
         yield c
     finally:
         pids = c.pids()
+        namespaces_before = c.process_namespaces()
+        pod_pids = [int(p) for ns in namespaces_before for p in subprocess.run(
+            ["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
         c.stop()
-        left = [p for p in pids if _pid_alive(p)]
+        left = [p for p in pids + pod_pids if _pid_alive(p)]
         assert not left, f"minicluster processes left running: {left}"
+        assert not c.process_namespaces(), f"network namespaces left: {c.process_namespaces()}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -121,6 +126,8 @@ class Sandbox:
     nodes: List[str] = field(default_factory=list)
     #: kubeconfig of the ServiceAccount bound by the shipped deploy/rbac.yaml (not admin).
     launcher_kubeconfig: str = ""
+    #: called at teardown, after the pods and nodes are gone (cluster-scoped objects of the test)
+    cleanup: List[Callable[[], object]] = field(default_factory=list)
 
     @property
     def node_selector(self) -> Dict[str, str]:
@@ -131,6 +138,14 @@ class Sandbox:
         names = self.cluster.add_nodes(count, mc.NodeShape(cpu=cpu, memory=memory, pods=pods,
                                                            labels={NODE_LABEL: self.pool}),
                                        prefix=f"{self.pool}-n", start=len(self.nodes))
+        self.nodes.extend(names)
+        return names
+
+    def add_process_nodes(self, count: int, cpu: str = "4", memory: str = "16Gi") -> List[str]:
+        """Process-backed nodes (their pods run as real processes) in this test's pool."""
+        names = self.cluster.add_process_nodes(count, mc.NodeShape(cpu=cpu, memory=memory,
+                                                                   labels={NODE_LABEL: self.pool}),
+                                               prefix=f"{self.pool}-p", start=len(self.nodes))
         self.nodes.extend(names)
         return names
 
@@ -195,4 +210,22 @@ def sandbox(cluster, request) -> Sandbox:
                 raise
     core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     cluster.delete_nodes(box.nodes)
+    for fn in box.cleanup:
+        fn()
     core.delete_namespace(ns)
+
+
+@pytest.fixture(scope="session")
+def planted(tmp_path_factory) -> Dict[str, object]:
+    """200k planted rows (``ctr-volcano gen-data``, with its oracle), prepped into 2 train shards."""
+    import json
+
+    from tests.cluster.helpers import ctr_volcano_cli
+
+    root = tmp_path_factory.mktemp("planted")
+    ctr_volcano_cli("gen-data", "--rows", "200000", "--out", str(root / "raw"), "--seed", "3",
+                    "--oracle-rows", "100000")
+    ctr_volcano_cli("prep", "--input", str(root / "raw"), "--out", str(root / "prep"), "--shards", "2",
+                    "--hash-buckets", "100003")
+    oracle = json.loads((root / "raw" / "oracle.json").read_text())
+    return {"prep": str(root / "prep"), "oracle_auc": float(oracle["auc"])}

@@ -9,7 +9,7 @@ import pytest
 
 __all__ = ["wait_for", "job_pods", "set_outcome", "get_job", "get_podgroups", "pod_phases",
            "bound_pods", "make_spec", "write_training_outputs", "LauncherThread", "job_phase", "running_pods", "finish_trainers", "GangMonitor", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
-           "EXIT_CODE_ANNOTATION", "plain_job", "SHIPPED_RBAC"]
+           "EXIT_CODE_ANNOTATION", "plain_job", "SHIPPED_RBAC", "ctr_volcano_cli"]
 
 #: The launcher's RBAC as shipped to users; the cluster tier runs every launcher with its token.
 SHIPPED_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
@@ -17,6 +17,20 @@ OUTCOME_LABEL = "kwok-test/outcome"
 AFTER_ANNOTATION = "kwok-test/after"
 MESSAGE_ANNOTATION = "kwok-test/message"
 EXIT_CODE_ANNOTATION = "kwok-test/exit-code"
+
+
+def ctr_volcano_cli(*args: str, timeout: float = 600):
+    """Run ``ctr-volcano ARGS`` from this checkout; fail the test with its output unless it exits 0."""
+    import os
+    import subprocess
+    import sys
+
+    repo = SHIPPED_RBAC.parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", *args], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"ctr-volcano {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25,

@@ -14,9 +14,14 @@ vc-controller-manager, kwok); this module only wires them together:
   registered with the API server (the production install's list of webhooks), so every Job passes
   the real validation and defaulting; kube-scheduler (for native Kubernetes workloads) starts on
   request;
-* kwok runs the label-gated stages of ``kwok-stages.yaml``: a bound pod becomes Running, and ends
-  only when a test labels it ``kwok-test/outcome=succeed|fail`` (optionally after the delay in the
-  ``kwok-test/after`` annotation), so a test decides which pod of a gang finishes and how.
+* kwok runs the label-gated stages of ``kwok-stages.yaml`` on the kwok nodes (label ``type=kwok``): a
+  bound pod becomes Running, and ends only when a test labels it ``kwok-test/outcome=succeed|fail``
+  (optionally after the delay in the ``kwok-test/after`` annotation), so a test decides which pod of
+  a gang finishes and how;
+* with ``process_nodes=True``, nodes labelled ``type=process`` (:meth:`MiniCluster.add_process_nodes`)
+  run their pods as real processes: ``nodeagent.py`` starts them (network and mount namespaces, the
+  image's Python environment) and a second kwok instance, with ``kwok-process-stages.yaml``, turns
+  the agent's annotations into pod status and serves their logs (``docs/minicluster.md``).
 
 Stdlib + ``kubernetes`` + ``cryptography`` + PyYAML only, so the pytest fixture, the benchmark and
 the ``ctr-volcano minicluster`` verb can all import it from the checkout.
@@ -27,6 +32,7 @@ import atexit
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -45,6 +51,7 @@ __all__ = [
     "HERE", "BUILD_SCRIPT", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
     "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
     "NodeShape", "DEFAULT_KCM_CONTROLLERS", "VOLCANO_WEBHOOKS", "webhook_configurations",
+    "DEFAULT_IMAGES",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -55,13 +62,17 @@ AFTER_ANNOTATION = "kwok-test/after"
 MESSAGE_ANNOTATION = "kwok-test/message"
 EXIT_CODE_ANNOTATION = "kwok-test/exit-code"
 ADMIN_TOKEN_USER = "minicluster-admin"
+#: Images the process nodes can run: last path segment of the image -> its Dockerfile.
+DEFAULT_IMAGES = {"ctr-trainer": REPO / "dockerfiles" / "Dockerfile.trainer"}
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "vc-scheduler",
             "vc-controller-manager", "kwok", "kube-scheduler", "vc-webhook-manager")
 #: kube-controller-manager's controllers: garbage collection (Volcano relies on ownerReferences),
-#: namespaces and service accounts, plus what native workloads need (ReplicaSets, batch Jobs,
-#: EndpointSlices for headless Services).
-DEFAULT_KCM_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "replicaset", "job",
-                           "endpointslice")
+#: namespaces and service accounts; for the process nodes the persistent-volume binder (claims on
+#: host-directory volumes), EndpointSlices (their hosts files) and the root-CA publisher (the
+#: kube-root-ca.crt ConfigMap every service-account volume projects); for native workloads
+#: ReplicaSets and batch Jobs.
+DEFAULT_KCM_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "persistentvolume-binder",
+                           "endpointslice", "root-ca-cert-publisher", "replicaset", "job")
 #: Volcano's admission webhooks as its Helm chart enables them by default
 #: (installer/helm/chart/volcano/values.yaml ``custom.enabled_admissions``, v1.15.1), with the rules
 #: of its ``templates/webhooks.yaml``: path -> (configuration kind, webhook name, apiGroup, version,
@@ -188,6 +199,22 @@ def _default_crd_dirs() -> List[Path]:
     except (OSError, subprocess.CalledProcessError):
         return [shared, shared / "runtime"]
     return [module_dir / "config" / "crd" / "volcano" / "bases"]
+
+
+def _kwok_crd_file(plural: str) -> Path:
+    """A CRD of kwok (``kwok.x-k8s.io_<plural>.yaml``) from the kwok module the binary was built
+    from (the Go module cache holds it after ``build.sh``)."""
+    try:
+        cache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ClusterError(f"cannot locate the Go module cache for kwok's CRDs: {exc}") from None
+    version = re.search(r'KWOK_VERSION="([^"]+)"', BUILD_SCRIPT.read_text()).group(1)
+    path = Path(cache) / "sigs.k8s.io" / f"kwok@{version}" / "kustomize" / "crd" / "bases" / \
+        f"kwok.x-k8s.io_{plural}.yaml"
+    if not path.is_file():
+        raise ClusterError(f"{path} is missing; run tools/minicluster/build.sh (it downloads kwok)")
+    return path
 
 
 def _write_certs(pki: Path) -> Dict[str, Path]:
@@ -363,13 +390,18 @@ class MiniCluster:
             install does), so Jobs get the real validation and defaulting.
         kube_scheduler: also run the default kube-scheduler (for native ReplicaSets and Jobs;
             :meth:`start_kube_scheduler` starts it later).
+        process_nodes: also run the node agent and the second kwok instance, so nodes added with
+            :meth:`add_process_nodes` run real processes.
+        images: for process nodes: image repository name -> Dockerfile (default
+            :data:`DEFAULT_IMAGES`).
     """
 
     def __init__(self, bin_dir: Path, workdir: Optional[Path] = None, *,
                  schedule_period: str = "1s", kube_controller_manager: bool = True,
                  crd_dirs: Optional[Sequence[Path]] = None, keep_workdir: bool = False,
                  kcm_controllers: Sequence[str] = DEFAULT_KCM_CONTROLLERS,
-                 admission_webhook: bool = True, kube_scheduler: bool = False) -> None:
+                 admission_webhook: bool = True, kube_scheduler: bool = False,
+                 process_nodes: bool = False, images: Optional[Dict[str, Path]] = None) -> None:
         self.bin_dir = Path(bin_dir)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="minicluster-"))
@@ -391,6 +423,10 @@ class MiniCluster:
         self._api_client = None
         self._stopped = False
         self.timings: Dict[str, float] = {}
+        self.process_nodes = process_nodes
+        self.images = dict(images or DEFAULT_IMAGES)
+        #: prefix of this cluster's network namespaces (unique per cluster on the machine)
+        self.netns_prefix = f"mc{os.getpid() % 0xffff:x}{os.urandom(2).hex()}"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 180.0) -> "MiniCluster":
@@ -419,6 +455,8 @@ class MiniCluster:
             self.start_kube_scheduler()
         self._start_volcano()
         self._start_kwok()
+        if self.process_nodes:
+            self._start_process_nodes(deadline)
         self._wait_default_queue(deadline)
         self.timings["start_s"] = time.monotonic() - t0
         _log(f"cluster up in {self.timings['start_s']:.1f}s at {self.server} "
@@ -431,7 +469,20 @@ class MiniCluster:
             return
         self._stopped = True
         for name in reversed(list(self.procs)):
-            _kill_group(self.procs[name])
+            # the agent kills every pod process and removes the namespaces on SIGTERM
+            _kill_group(self.procs[name], grace=60 if name == "nodeagent" else 10)
+        left_ns = self.process_namespaces()
+        if left_ns:  # pragma: no cover - reported, then removed
+            _log(f"network namespaces left by the node agent (removing): {left_ns}")
+            for ns in left_ns:
+                for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                          text=True).stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+                shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         left = [n for n, p in self.procs.items() if p.poll() is None]
         if left:  # pragma: no cover - reported, never silently ignored
             _log(f"processes still alive after stop: {left}")
@@ -461,7 +512,16 @@ class MiniCluster:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     # ------------------------------------------------------------------ processes
-    def _spawn(self, name: str, args: List[str], env: Optional[Dict[str, str]] = None) -> None:
+    def process_namespaces(self) -> List[str]:
+        """This cluster's network namespaces that still exist (pods' and the bridge's)."""
+        if not self.process_nodes:
+            return []
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        return [line.split()[0] for line in out.splitlines()
+                if line.strip() and line.split()[0].startswith(self.netns_prefix + "-")]
+
+    def _spawn(self, name: str, args: List[str], env: Optional[Dict[str, str]] = None,
+               executable: Optional[str] = None) -> None:
         log = self.workdir / "logs" / f"{name}.log"
         self.logs[name] = log
         full_env = dict(os.environ)
@@ -471,7 +531,7 @@ class MiniCluster:
         full_env.update(env or {})
         with open(log, "wb") as fh:
             self.procs[name] = subprocess.Popen(
-                [str(self.bin_dir / args[0])] + args[1:], stdout=fh, stderr=subprocess.STDOUT,
+                [executable or str(self.bin_dir / args[0])] + args[1:], stdout=fh, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, cwd=self.workdir, env=full_env, start_new_session=True)
 
     def _check_alive(self, name: str) -> None:
@@ -556,7 +616,7 @@ class MiniCluster:
     def _start_kcm(self) -> None:
         self._spawn("kube-controller-manager", [
             "kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
-            "--controllers=" + ",".join(self.kcm_controllers),
+            "--controllers=" + ",".join(self.kcm_controllers), f"--root-ca-file={self.pki['ca']}",
             "--leader-elect=false", "--secure-port=0", "--bind-address=127.0.0.1",
             "--use-service-account-credentials=false", "--concurrent-gc-syncs=5",
         ])
@@ -645,11 +705,45 @@ class MiniCluster:
             "metadata": {"name": "all-containers"},
             "spec": {"selector": {}, "logs": [{"logsFile": str(log_file)}]}}))
         self._spawn("kwok", [
-            "kwok", f"--kubeconfig={self.kubeconfig}", f"--config={HERE / 'kwok-stages.yaml'}",
-            f"--config={logs_conf}", "--manage-all-nodes=true", "--node-ip=127.0.0.1",
+            "kwok", f"--kubeconfig={self.kubeconfig}", f"--config={HERE / 'kwok-node-stage.yaml'}",
+            f"--config={HERE / 'kwok-stages.yaml'}", f"--config={logs_conf}",
+            "--manage-nodes-with-label-selector=type=kwok", "--node-ip=127.0.0.1",
             f"--node-port={port}", f"--server-address=127.0.0.1:{port}", "--cidr=10.240.0.0/16",
             "--node-lease-duration-seconds=0",
         ], env={"HOME": str(home)})
+
+    def _start_process_nodes(self, deadline: float) -> None:
+        """The second kwok (nodes labelled ``type=process``, their pods' status and logs) and the
+        node agent that runs those pods."""
+        import yaml
+        from kubernetes import client
+
+        ext = client.ApiextensionsV1Api(self.api_client())
+        crd = yaml.safe_load(_kwok_crd_file("logs").read_text())
+        ext.create_custom_resource_definition(crd)
+        self._wait("kwok's Logs CRD Established", lambda: any(
+            c.type == "Established" and c.status == "True"
+            for c in (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])),
+            deadline, "kube-apiserver")
+        home = self.workdir / "kwok-process-home"
+        home.mkdir(exist_ok=True)
+        port = _free_port()
+        self._spawn("kwok-process", [
+            "kwok", f"--kubeconfig={self.kubeconfig}", f"--config={HERE / 'kwok-node-stage.yaml'}",
+            f"--config={HERE / 'kwok-process-stages.yaml'}", "--enable-crds=Logs",
+            "--manage-nodes-with-label-selector=type=process", "--node-ip=127.0.0.1",
+            f"--node-port={port}", f"--server-address=127.0.0.1:{port}", "--cidr=10.241.0.0/16",
+            "--node-lease-duration-seconds=0",
+        ], env={"HOME": str(home)})
+        agent_dir = self.workdir / "nodeagent"
+        args = ["nodeagent", str(HERE / "nodeagent.py"), f"--kubeconfig={self.kubeconfig}",
+                f"--workdir={agent_dir}", f"--prefix={self.netns_prefix}", f"--context={REPO}"]
+        args += [f"--image={repo}={path}" for repo, path in sorted(self.images.items())]
+        self._spawn("nodeagent", args, executable=sys.executable)
+        # A cold image cache builds the venvs first (pip install; minutes), hence the longer wait.
+        self._wait("the node agent (its bridge namespace)",
+                   lambda: "agent ready" in self.logs["nodeagent"].read_text(errors="replace"),
+                   max(deadline, time.monotonic() + 900), "nodeagent", interval=0.5)
 
     # ------------------------------------------------------------------ API objects
     def api_client(self):
@@ -705,7 +799,8 @@ class MiniCluster:
         self._check_alive("vc-controller-manager")
 
     def add_nodes(self, count: int, shape: NodeShape = NodeShape(), prefix: str = "kwok-node",
-                  start: int = 0, wait: bool = True, timeout: float = 60.0) -> List[str]:
+                  start: int = 0, wait: bool = True, timeout: float = 60.0,
+                  node_type: str = "kwok") -> List[str]:
         """Create ``count`` kwok nodes and (by default) wait until they are Ready.
 
         Returns:
@@ -718,7 +813,7 @@ class MiniCluster:
             name = f"{prefix}-{i}"
             alloc = {"cpu": shape.cpu, "memory": shape.memory, "pods": str(shape.pods)}
             labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                      "type": "kwok", **shape.labels}
+                      **shape.labels, "type": node_type}
             body = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "labels": labels,
                                  "annotations": {"kwok.x-k8s.io/node": "fake"}},
@@ -736,8 +831,41 @@ class MiniCluster:
                         ready += 1
                 return ready == len(names)
 
-            self._wait(f"{count} kwok nodes Ready", all_ready, deadline, "kwok", interval=0.3)
+            self._wait(f"{count} {node_type} nodes Ready", all_ready, deadline,
+                       "kwok" if node_type == "kwok" else "kwok-process", interval=0.3)
         return names
+
+    def add_process_nodes(self, count: int, shape: NodeShape = NodeShape(), prefix: str = "proc-node",
+                          start: int = 0, timeout: float = 60.0) -> List[str]:
+        """Create ``count`` process-backed nodes (label ``type=process``) and wait until Ready.
+
+        Their pods run as real processes (needs ``process_nodes=True``).
+        """
+        if not self.process_nodes:
+            raise ClusterError("this cluster was started without process_nodes=True")
+        return self.add_nodes(count, shape, prefix=prefix, start=start, timeout=timeout,
+                              node_type="process")
+
+    def create_host_volume(self, name: str, path: Path, claim_namespace: str, claim_name: str,
+                           size: str = "20Gi") -> Dict[str, Any]:
+        """A ReadWriteMany ``hostPath`` PersistentVolume on ``path``, reserved for one claim.
+
+        The claim (e.g. the product's ``build_pvc``) is bound to it by kube-controller-manager's
+        persistent-volume binder; ``claimRef`` only keeps parallel tests from taking each other's
+        volume. The directory is made world-writable, as an NFS export for the pods' UID would be.
+        """
+        from kubernetes import client
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o777)
+        body = {"apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": name, "labels": {"minicluster/host-volume": "true"}},
+                "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteMany"],
+                         "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                         "hostPath": {"path": str(path), "type": "Directory"},
+                         "claimRef": {"namespace": claim_namespace, "name": claim_name}}}
+        return client.CoreV1Api(self.api_client()).create_persistent_volume(body).to_dict()
 
     def delete_nodes(self, names: Iterable[str]) -> None:
         from kubernetes import client

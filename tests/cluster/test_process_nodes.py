@@ -1,0 +1,348 @@
+"""Real processes in Volcano's pods: the process-backed nodes of the mini cluster.
+
+The pods here are not kwok fakes: ``tools/minicluster/nodeagent.py`` runs each one as a Linux process
+in its own network and mount namespaces, with the trainer image's Python environment, and reports
+its real exit code. So these tests check what only real pods show: the env and files Volcano's svc
+and env plugins inject, host names resolved through the headless Service's EndpointSlices, a
+persistent volume bound by kube-controller-manager, logs read through the API, and Paddle training
+for real through the product's PVC hand-off. Every assertion is on a real outcome: exit codes,
+files the pods wrote, the process table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from ctr_volcano.local_gang import processes_with_env
+from tests.cluster.helpers import ctr_volcano_cli as _cli, get_job, job_phase, wait_for
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "example.invalid/ctr-volcano/ctr-trainer:process-nodes"
+
+
+def _claim(sandbox, tmp_path: Path, name: str = "ctr-data") -> Path:
+    """The shipped RWX claim, bound by KCM's binder to a hostPath volume on ``tmp_path/claim``."""
+    from kubernetes import client
+
+    from ctr_volcano.volcano.handoff import build_pvc
+
+    # Outside pytest's 0700 tmp dirs: the pods (UID 1000) reach the claim at the very same path.
+    host_dir = Path(tempfile.mkdtemp(prefix=f"ctr-claim-{sandbox.namespace}-"))
+    sandbox.cleanup.append(lambda: shutil.rmtree(host_dir, ignore_errors=True))
+    pv_name = f"pv-{sandbox.namespace}-{name}"
+    sandbox.cluster.create_host_volume(pv_name, host_dir, sandbox.namespace, name)
+    core = client.CoreV1Api(sandbox.api())
+    core.create_namespaced_persistent_volume_claim(sandbox.namespace, build_pvc(name, sandbox.namespace,
+                                                                                 size="1Gi"))
+    wait_for(f"claim {name} Bound by the persistent-volume binder", lambda: core.read_namespaced_persistent_volume_claim(
+        name, sandbox.namespace).status.phase == "Bound", timeout=60, cluster=sandbox.cluster)
+    sandbox.cleanup.append(lambda: core.delete_persistent_volume(pv_name))
+    return host_dir
+
+
+def _pod(sandbox, name: str, script: str, **extra) -> Dict:
+    spec = {"restartPolicy": "Never", "nodeSelector": sandbox.node_selector, "schedulerName": "volcano",
+            "terminationGracePeriodSeconds": extra.pop("grace", 30),
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000},
+            "containers": [{"name": "main", "image": IMAGE, "command": ["python", "-c", script],
+                            "env": extra.pop("env", []), "volumeMounts": extra.pop("mounts", [])}],
+            "volumes": extra.pop("volumes", [])}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped by its new parent does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _terminated(pod) -> Dict:
+    for cs in pod.status.container_statuses or []:
+        if cs.state and cs.state.terminated:
+            return {"exit_code": cs.state.terminated.exit_code, "reason": cs.state.terminated.reason}
+    return {}
+
+
+_PROBE = r"""
+import json, os, socket, sys
+out = {"uid": os.getuid(), "gid": os.getgid(), "hostname": socket.gethostname(),
+       "env": {k: os.environ.get(k) for k in ("POD_NAME", "POD_NS", "POD_IP", "TOKEN", "GREETING",
+                                              "PYTHONPATH", "VIRTUAL_ENV", "HOME")},
+       "cwd": os.getcwd(), "prefix": sys.prefix,
+       "config": open("/opt/cfg/greeting").read(),
+       "sa_namespace": open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read(),
+       "ip": socket.gethostbyname(socket.gethostname())}
+import pyarrow, numpy, paddle, ctr_model.train
+out["paddle"] = paddle.__version__
+try:
+    import pandas
+    out["pandas"] = "importable"
+except ImportError as exc:
+    out["pandas"] = str(exc)
+open("/opt/scratch/x", "w").write("private emptyDir")
+with open(os.path.join(os.environ["CLAIM"], "probe.json"), "w") as fh:
+    json.dump(out, fh)
+print("hello from a process node", flush=True)
+sys.exit(3)
+"""
+
+
+def test_pod_runs_as_a_process_with_its_spec(sandbox, tmp_path):
+    """One pod: env (fieldRef, secretKeyRef, configMapKeyRef), volumes (configMap, PVC, emptyDir,
+    service-account token), runAsUser, the trainer image's environment (no pandas in it), its IP in
+    status, its log through the API and its real exit code."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(sandbox.api())
+    ns = sandbox.namespace
+    sandbox.add_process_nodes(1)
+    claim = _claim(sandbox, tmp_path)
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "cfg"}, "data": {"greeting": "hi"}})
+    core.create_namespaced_secret(ns, {"metadata": {"name": "sec"}, "stringData": {"token": "s3cret"}})
+    env = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+           {"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+           {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "token"}}},
+           {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+           {"name": "CLAIM", "value": str(claim)}]
+    volumes = [{"name": "cfg", "configMap": {"name": "cfg"}},
+               {"name": "data", "persistentVolumeClaim": {"claimName": "ctr-data"}},
+               {"name": "scratch", "emptyDir": {}}]
+    mounts = [{"name": "cfg", "mountPath": "/opt/cfg"}, {"name": "data", "mountPath": str(claim)},
+              {"name": "scratch", "mountPath": "/opt/scratch"}]
+    core.create_namespaced_pod(ns, _pod(sandbox, "probe", _PROBE, env=env, volumes=volumes, mounts=mounts))
+
+    pod = wait_for("pod probe to end", lambda: (lambda p: p if p.status.phase in ("Succeeded", "Failed")
+                                                else None)(core.read_namespaced_pod("probe", ns)),
+                   timeout=120, cluster=sandbox.cluster)
+    log = core.read_namespaced_pod_log("probe", ns)
+    assert pod.status.phase == "Failed" and _terminated(pod) == {"exit_code": 3, "reason": "Error"}, log
+    assert "hello from a process node" in log
+    probe = json.loads((claim / "probe.json").read_text())
+    assert probe["uid"] == 1000 and probe["gid"] == 1000
+    assert probe["hostname"] == "probe"
+    assert probe["env"]["POD_NAME"] == "probe" and probe["env"]["POD_NS"] == ns
+    assert probe["env"]["POD_IP"] == pod.status.pod_ip == probe["ip"]
+    assert pod.status.pod_ip.startswith("10.88.")
+    assert probe["env"]["TOKEN"] == "s3cret" and probe["env"]["GREETING"] == "hi"
+    assert probe["config"] == "hi" and probe["sa_namespace"] == ns
+    # the trainer image: its venv, its PYTHONPATH/HOME/WORKDIR, paddle but no pandas
+    assert probe["env"]["PYTHONPATH"] == "/opt/ctr" and probe["cwd"] == "/home/ctr"
+    assert probe["prefix"] == probe["env"]["VIRTUAL_ENV"] and "/images/" in probe["prefix"]
+    assert probe["paddle"] == "2.6.2"
+    assert "No module named 'pandas'" in probe["pandas"]
+    # the emptyDir was the pod's own: nothing of it is on the host
+    assert not Path("/opt/scratch/x").exists()
+
+
+def test_deleting_a_pod_kills_its_process_tree(sandbox):
+    """A pod that ignores SIGTERM and has a child: both are gone after the grace period."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(sandbox.api())
+    ns = sandbox.namespace
+    sandbox.add_process_nodes(1)
+    script = ("import signal, subprocess, sys, time\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              "print('started', flush=True)\n"
+              "time.sleep(600)\n")
+    core.create_namespaced_pod(ns, _pod(sandbox, "stubborn", script, grace=3,
+                                        env=[{"name": "MARK", "value": f"stubborn-{ns}"}]))
+    wait_for("pod stubborn Running", lambda: core.read_namespaced_pod("stubborn", ns).status.phase == "Running",
+             timeout=60, cluster=sandbox.cluster)
+    pids = wait_for("both processes of the pod", lambda: (lambda p: p if len(p) == 2 else None)(
+        processes_with_env(f"MARK=stubborn-{ns}")), timeout=30)
+    t0 = time.monotonic()
+    core.delete_namespaced_pod("stubborn", ns)
+    wait_for("the pod object gone", lambda: not [p for p in core.list_namespaced_pod(ns).items
+                                                 if p.metadata.name == "stubborn"], timeout=30)
+    took = time.monotonic() - t0
+    assert not processes_with_env(f"MARK=stubborn-{ns}"), "a process of the deleted pod survived"
+    assert not [p for p in pids if _alive(p)], "a process of the deleted pod survived"
+    assert 2.5 <= took < 15, f"deletion took {took:.1f}s with a 3s grace period and SIGTERM ignored"
+
+
+# ------------------------------------------------------------------------------- training gangs
+class GangSampler:
+    """Samples the process table for the gang's processes (``CTR_JOB_ID=<job>``) and keeps the
+    environment each process had, as Volcano's plugins and our pod template gave it."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.envs: Dict[int, Dict[str, str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for pid in processes_with_env(f"CTR_JOB_ID={self.job}"):
+                if pid in self.envs:
+                    continue
+                try:
+                    raw = Path(f"/proc/{pid}/environ").read_bytes()
+                except OSError:
+                    continue
+                self.envs[pid] = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0")
+                                      if "=" in item)
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> "GangSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def live(self, role: str = "", index: str = "") -> List[int]:
+        items = [f"CTR_JOB_ID={self.job}"] + ([f"CTR_ROLE={role}"] if role else []) + (
+            [f"VC_TASK_INDEX={index}"] if index else [])
+        return processes_with_env(*items)
+
+
+def _params(sandbox, claim: Path, job: str, **over):
+    from ctr_volcano.volcano.step import StepParams
+
+    fields = dict(backend="volcano", pservers=2, trainers=2, epochs=2, batch_size=512,
+                  learning_rate=0.002, max_retry=2, namespace=sandbox.namespace, image=IMAGE,
+                  pvc_name="ctr-data", pvc_mount_path=str(claim), job_name=job,
+                  kubeconfig=sandbox.launcher_kubeconfig, cpu="1", memory="1Gi",
+                  ttl_seconds_after_finished=None, schedule_timeout_s=120, poll_s=0.5,
+                  explain_every_s=10.0)
+    fields.update(over)
+    return StepParams(**fields)
+
+
+def _evaluate_auc(model: Path, prep: str, out: Path) -> float:
+    _cli("evaluate", "--model", str(model), "--data", prep, "--out", str(out))
+    return float(json.loads((out / "metrics.json").read_text())["auc"])
+
+
+def test_gang_trains_for_real(sandbox, tmp_path, planted):
+    """Scenario a (+ f): ``run_training_step(backend="volcano")`` trains a 2x2 gang of real Paddle
+    processes through the PVC hand-off; the model scores within 0.02 AUC of the planted oracle."""
+    from ctr_volcano.volcano.step import run_training_step
+
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path)
+    job, lines = "ctr-a", []
+    t0 = time.monotonic()
+    with GangSampler(job) as sampler:
+        result = run_training_step(planted["prep"], str(tmp_path / "model"),
+                                   _params(sandbox, claim, job, epochs=3), log=lines.append)
+    took = time.monotonic() - t0
+    log = "\n".join(lines)
+    assert job_phase(sandbox.api(), sandbox.namespace, job) == "Completed", log
+    assert result.attempts == 1
+    # every pserver was stopped by CompleteJob: none is left in the process table
+    wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
+    # four real pods' processes, each with the plugins' variables and the trainer image's environment
+    envs = list(sampler.envs.values())
+    roles = sorted({(e["CTR_ROLE"], e["VC_TASK_INDEX"]) for e in envs})   # Paddle forks helpers too
+    assert roles == [("pserver", "0"), ("pserver", "1"), ("trainer", "0"), ("trainer", "1")], roles
+    for e in envs:
+        assert e["VC_PSERVER_HOSTS"] == f"{job}-pserver-0.{job},{job}-pserver-1.{job}"
+        assert e["VC_TRAINER_HOSTS"] == f"{job}-trainer-0.{job},{job}-trainer-1.{job}"
+        assert e["VC_PSERVER_NUM"] == "2" and e["VC_TRAINER_NUM"] == "2"
+        assert e["PYTHONPATH"] == "/opt/ctr" and "/images/" in e["VIRTUAL_ENV"]
+    # the step copied the model and the metrics back from the claim
+    assert (tmp_path / "model" / "model_meta.json").is_file()
+    assert result.metrics["epochs"] and (claim / "ctr-runs" / job / "output" / "metrics.json").is_file()
+    assert "[trainer-0]" in log, "the launcher streamed no trainer log through the API"
+    auc = _evaluate_auc(tmp_path / "model", planted["prep"], tmp_path / "eval")
+    print(f"\nscenario a: {took:.0f}s, test AUC {auc:.4f}, oracle {planted['oracle_auc']:.4f}")
+    assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
+
+
+@pytest.mark.parametrize("role", ["trainer", "pserver"])
+def test_sigkill_restarts_the_gang_from_its_checkpoint(sandbox, tmp_path, planted, role):
+    """Scenarios b and c: SIGKILL of one trainer / one pserver process mid-training: its pod fails
+    with 137, Volcano restarts the Job, the new gang resumes from the checkpoint on the claim and
+    completes; the step's record names the killed pod and its exit code."""
+    from ctr_model import checkpoint as ckpt
+    from ctr_volcano.volcano.step import run_training_step
+
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path)
+    job = f"ctr-kill-{role[0]}"
+    output = claim / "ctr-runs" / job / "output"
+    lines: List[str] = []
+    box: Dict[str, object] = {}
+
+    def step() -> None:
+        try:
+            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"),
+                                              _params(sandbox, claim, job, epochs=3), log=lines.append)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["error"] = exc
+
+    with GangSampler(job) as sampler:
+        thread = threading.Thread(target=step, daemon=True)
+        thread.start()
+        wait_for("the first checkpoint on the claim",
+                 lambda: output.is_dir() and ckpt.latest_complete(str(output)) is not None,
+                 timeout=300, interval=0.3, cluster=sandbox.cluster)
+        victims = sampler.live(role, "1")
+        assert len(victims) == 1, f"expected one {role}-1 process, found {victims}"
+        os.kill(victims[0], signal.SIGKILL)
+        thread.join(600)
+    assert not thread.is_alive(), "the step did not finish"
+    log = "\n".join(lines)
+    assert "error" not in box, f"{box.get('error')}\n{log}"
+    result = box["result"]
+    assert result.attempts == 2, log
+    assert f"pod {job}-{role}-1 ({role}) failed: Error, exit code 137" in log, log
+    resumed = [line for line in log.splitlines() if "resumed from" in line]
+    assert resumed and "(epoch 1)" in resumed[0], log
+    print(f"\nscenario {role} SIGKILL: {resumed[0].strip()}")
+    assert result.metrics.get("resumed_from_epoch") == 1
+    assert job_phase(sandbox.api(), sandbox.namespace, job) == "Completed"
+    wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
+
+
+def test_sigterm_to_the_step_removes_the_gang(sandbox, tmp_path, planted):
+    """Scenario e: SIGTERM to ``ctr-volcano train --backend volcano`` during training deletes the Job,
+    and no process of the gang is left (checked on the process table)."""
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path)
+    job = "ctr-term"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with GangSampler(job) as sampler, open(tmp_path / "train.log", "w") as fh:
+        step = subprocess.Popen(
+            [sys.executable, "-m", "ctr_volcano.cli", "train", "--backend", "volcano",
+             "--kubeconfig", sandbox.launcher_kubeconfig, "--namespace", sandbox.namespace,
+             "--pvc-name", "ctr-data", "--pvc-mount-path", str(claim), "--data", planted["prep"],
+             "--model-out", str(tmp_path / "model"), "--job-name", job, "--image", IMAGE,
+             "--epochs", "5", "--cpu", "1", "--memory", "1Gi", "--poll", "0.5"],
+            cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for("the four gang processes", lambda: len(sampler.live()) == 4, timeout=180,
+                     cluster=sandbox.cluster)
+            wait_for("training under way", lambda: "[trainer-0]" in (tmp_path / "train.log").read_text(),
+                     timeout=120)
+            step.send_signal(signal.SIGTERM)
+            rc = step.wait(90)
+        finally:
+            if step.poll() is None:
+                step.kill()
+        log = (tmp_path / "train.log").read_text()
+        assert rc != 0, log
+        wait_for("the Job deleted", lambda: get_job(sandbox.api(), sandbox.namespace, job) is None,
+                 timeout=60)
+        wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)

@@ -1,0 +1,145 @@
+"""Rendering of a pod for the process-backed nodes (``tools/minicluster/podspec.py``), the image
+mapping (``image_env.py``): pure rules, checked with plain dicts. The cluster tier runs them for real."""
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools" / "minicluster"))
+
+import image_env  # noqa: E402
+import podspec  # noqa: E402
+
+
+def _lookups(configmaps=None, secrets=None, claims=None):
+    configmaps, secrets, claims = configmaps or {}, secrets or {}, claims or {}
+
+    def claim_path(ns, name):
+        if name not in claims:
+            raise podspec.NotReady(f"claim {name} unbound")
+        return claims[name]
+
+    return podspec.Lookups(secret=lambda ns, n: secrets.get(n), config_map=lambda ns, n: configmaps.get(n),
+                           claim_path=claim_path, sa_token=lambda ns, sa, aud, s: f"token-of-{ns}/{sa}")
+
+
+def _pod(container=None, **spec):
+    c = {"name": "main", "image": "reg/x/ctr-trainer:1", "command": ["python", "-m", "m"]}
+    c.update(container or {})
+    return {"metadata": {"name": "job-trainer-1", "namespace": "ns", "uid": "u-1",
+                         "labels": {"volcano.sh/task-spec": "trainer"}},
+            "spec": {"containers": [c], "nodeName": "proc-0", "hostname": "job-trainer-1",
+                     "subdomain": "job", **spec}}
+
+
+def _render(pod, lookups=None, **kw):
+    args = dict(image_env={"PATH": "/venv/bin:/usr/bin", "HOME": "/home/ctr", "PYTHONPATH": "/opt/ctr"},
+                image_cmd=("python", "-m", "default"), image_workdir="/home/ctr", image_user=(1000, 1000),
+                lookups=lookups or _lookups(), pod_ip="10.88.0.7", node_ip="127.0.0.1")
+    args.update(kw)
+    return podspec.render_pod(pod, **args)
+
+
+def test_env_sources_and_expansion():
+    b64 = base64.b64encode(b"s3cret").decode()
+    pod = _pod({"env": [
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "TASK", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['volcano.sh/task-spec']"}}},
+        {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw"}}},
+        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "mode"}}},
+        {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k", "optional": True}}},
+        {"name": "URL", "value": "http://$(IP):80/$(MISSING)/$$(IP)"},
+        {"name": "HOME", "value": "/tmp/h"}],
+        "args": ["--pod=$(POD)"], "workingDir": "/w"})
+    plan = _render(pod, _lookups(configmaps={"c": {"mode": "fast"}}, secrets={"s": {"pw": b64}}))
+    env = dict(plan.env)
+    assert env["POD"] == "job-trainer-1" and env["NS"] == "ns" and env["IP"] == "10.88.0.7"
+    assert env["TASK"] == "trainer" and env["PW"] == "s3cret" and env["MODE"] == "fast"
+    assert "OPT" not in env
+    assert env["URL"] == "http://10.88.0.7:80/$(MISSING)/$(IP)"
+    assert env["HOME"] == "/tmp/h" and env["PYTHONPATH"] == "/opt/ctr" and env["HOSTNAME"] == "job-trainer-1"
+    assert plan.argv == ("python", "-m", "m", "--pod=job-trainer-1")
+    assert plan.workdir == "/w" and (plan.uid, plan.gid) == (1000, 1000)
+
+
+def test_missing_references_wait_and_unsupported_fields_fail():
+    with pytest.raises(podspec.NotReady, match="configmap ns/c"):
+        _render(_pod({"env": [{"name": "M", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]}))
+    with pytest.raises(podspec.NotReady, match="claim data unbound"):
+        _render(_pod(volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]))
+    with pytest.raises(podspec.PodSpecError, match="resourceFieldRef"):
+        _render(_pod({"env": [{"name": "C", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}))
+    two = _pod()
+    two["spec"]["containers"].append(dict(two["spec"]["containers"][0], name="side"))
+    with pytest.raises(podspec.PodSpecError, match="exactly one container"):
+        _render(two)
+    with pytest.raises(podspec.PodSpecError, match="runAsNonRoot"):
+        _render(_pod(securityContext={"runAsNonRoot": True, "runAsUser": 0}))
+
+
+def test_volumes_and_mounts():
+    pod = _pod({"volumeMounts": [
+        {"name": "svc", "mountPath": "/etc/volcano"},
+        {"name": "data", "mountPath": "/mnt/ctr", "readOnly": True},
+        {"name": "data", "mountPath": "/mnt/sub", "subPath": "runs/a"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]},
+        serviceAccountName="trainer-sa",
+        volumes=[{"name": "svc", "configMap": {"name": "job-svc", "items": [
+                      {"key": "pserver.host", "path": "pserver.host"}]}},
+                 {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                 {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                 {"name": "token", "projected": {"sources": [
+                     {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                     {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                     {"downwardAPI": {"items": [{"path": "namespace",
+                                                 "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}])
+    lookups = _lookups(configmaps={"job-svc": {"pserver.host": "job-pserver-0.job\n", "trainer.host": "t\n"},
+                                   "kube-root-ca.crt": {"ca.crt": "PEM"}},
+                       claims={"data": "/srv/pv1"})
+    mounts = {m.target: m for m in _render(pod, lookups).mounts}
+    assert mounts["/etc/volcano"].files == (("pserver.host", b"job-pserver-0.job\n"),)
+    assert mounts["/mnt/ctr"].source == "/srv/pv1" and mounts["/mnt/ctr"].read_only
+    assert mounts["/mnt/sub"].source == "/srv/pv1/runs/a" and not mounts["/mnt/sub"].read_only
+    assert mounts["/dev/shm"].tmpfs
+    assert dict(mounts["/var/run/secrets/kubernetes.io/serviceaccount"].files) == {
+        "token": b"token-of-ns/trainer-sa", "ca.crt": b"PEM", "namespace": b"ns"}
+    bad = _pod({"volumeMounts": [{"name": "data", "mountPath": "/x", "subPath": "../etc"}]},
+               volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
+    with pytest.raises(podspec.PodSpecError, match="subPath"):
+        _render(bad, lookups)
+
+
+def test_command_defaults_come_from_the_image():
+    plan = _render(_pod({"command": None}))
+    assert plan.argv == ("python", "-m", "default")
+    plan = _render(_pod({"command": None, "args": ["a", "b"]}), image_user=None)
+    assert plan.argv == ("a", "b") and plan.uid is None
+
+
+def test_hosts_file_names_peers_like_cluster_dns():
+    text = podspec.hosts_file("10.88.0.3", "job-trainer-0", "job", "ns",
+                              [("10.88.0.2", "job-pserver-0", "job"), ("10.88.0.3", "job-trainer-0", "job")])
+    lines = text.splitlines()
+    assert "127.0.0.1\tlocalhost" in lines
+    assert "10.88.0.3\tjob-trainer-0.job.ns.svc.cluster.local\tjob-trainer-0.job\tjob-trainer-0" in lines
+    assert "10.88.0.2\tjob-pserver-0.job.ns.svc.cluster.local\tjob-pserver-0.job" in lines
+    assert sum("job-trainer-0.job" in line for line in lines) == 1
+
+
+def test_trainer_dockerfile_is_read_for_its_pins_and_defaults():
+    df = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
+    assert df.base_python == "3.11"
+    pins = [a for args in df.pip_args for a in args]
+    assert "paddlepaddle==2.6.2" in pins and not any(p.startswith("pandas") for p in pins)
+    assert ("ctr_model/", "/opt/ctr/ctr_model/") in df.copies
+    assert dict(df.env)["PYTHONPATH"] == "/opt/ctr" and df.user == "1000:1000" and df.workdir == "/home/ctr"
+    assert any("apt-get install" in s for s in df.skipped)   # reported as not reproduced
+    assert image_env.image_repository("localhost:5000/ctr-volcano/ctr-trainer:0.1.0") == "ctr-trainer"
+    assert image_env.image_repository("reg/ctr-trainer@sha256:abc") == "ctr-trainer"
