@@ -70,6 +70,7 @@ def test_native_pair_places_partially_the_volcano_pair_never_and_both_volcano_jo
         sandbox, tmp_path, planted):
     from kubernetes import client, utils
 
+    from ctr_volcano.volcano.handoff import prepare_run_dir
     from ctr_volcano.volcano.native import build_native
     from ctr_volcano.volcano.spec import PvcVolume, Resources, TrainJobSpec
     from ctr_volcano.volcano.step import run_training_step
@@ -86,8 +87,9 @@ def test_native_pair_places_partially_the_volcano_pair_never_and_both_volcano_jo
     res = Resources(cpu="1", memory="1Gi")
     natives = {}
     for name in ("nat-a", "nat-b"):
-        spec = TrainJobSpec(name=name, namespace=ns, image=IMAGE, data_dir=planted["prep"],
-                            output_dir=str(claim / name), pservers=2, trainers=2, pserver_resources=res,
+        dirs = prepare_run_dir(str(claim), name, planted["prep"])  # the same hand-off as the Volcano step
+        spec = TrainJobSpec(name=name, namespace=ns, image=IMAGE, data_dir=dirs.data_dir,
+                            output_dir=dirs.output_dir, pservers=2, trainers=2, pserver_resources=res,
                             trainer_resources=res, node_selector=sandbox.node_selector, max_retry=0,
                             ttl_seconds_after_finished=None, train_config={"epochs": 1},
                             volumes=(PvcVolume("ctr-data", str(claim)),))
