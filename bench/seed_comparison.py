@@ -137,15 +137,17 @@ def _cli(*args: str) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-def _spec(name: str, namespace: str, claim: Path, data_dir: str, pool: Dict[str, str], args):
+def _spec(name: str, namespace: str, claim: Path, prep: str, pool: Dict[str, str], args):
+    from ctr_volcano.volcano.handoff import prepare_run_dir
     from ctr_volcano.volcano.spec import PvcVolume, Resources, TrainJobSpec
 
     res = Resources(cpu="1", memory="1Gi")
+    dirs = prepare_run_dir(str(claim), name, prep)  # the product's hand-off, for both modes
     return TrainJobSpec(
-        name=name, namespace=namespace, image=IMAGE, data_dir=data_dir,
-        output_dir=str(claim / name / "output"), pservers=args.pservers, trainers=args.trainers,
+        name=name, namespace=namespace, image=IMAGE, data_dir=dirs.data_dir,
+        output_dir=dirs.output_dir, pservers=args.pservers, trainers=args.trainers,
         train_config={"epochs": args.epochs, "batch_size": 512, "learning_rate": 0.002},
-        pserver_resources=res, trainer_resources=res, node_selector=pool, max_retry=0,
+        pserver_resources=res, trainer_resources=res, node_selector=pool, max_retry=2,
         ttl_seconds_after_finished=None, volumes=(PvcVolume("ctr-data", str(claim)),))
 
 
@@ -174,7 +176,7 @@ def _volcano_done(co, namespace: str, job: str) -> bool:
     return ((obj.get("status") or {}).get("state") or {}).get("phase") == "Completed"
 
 
-def run_mode(cluster, mode: str, namespace: str, claim: Path, data_dir: str, pool: Dict[str, str],
+def run_mode(cluster, mode: str, namespace: str, claim: Path, prep: str, pool: Dict[str, str],
              args) -> Tuple[Timeline, List[str], Dict[str, object]]:
     """Submit two jobs together in ``mode`` (native|volcano), sample until both complete or the
     deadline passes, clean up, and report."""
@@ -188,18 +190,32 @@ def run_mode(cluster, mode: str, namespace: str, claim: Path, data_dir: str, poo
     core, batch, apps = client.CoreV1Api(api), client.BatchV1Api(api), client.AppsV1Api(api)
     co = client.CustomObjectsApi(api)
     jobs = [f"{mode[:3]}-a", f"{mode[:3]}-b"]
-    specs = {j: _spec(j, namespace, claim, data_dir, pool, args) for j in jobs}
+    specs = {j: _spec(j, namespace, claim, prep, pool, args) for j in jobs}
     tl = Timeline(t0=time.monotonic(), gang_size=args.pservers + args.trainers)
-    # submitted together: every object of both jobs within one burst, A then B
-    for j in jobs:
-        if mode == "native":
-            for obj in build_native(specs[j]):
-                utils.create_from_dict(api, obj, namespace=namespace)
-        else:
-            co.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs",
-                                               build_job(specs[j]))
+    # submitted together: every object of both jobs within one burst, A then B ("job" order); or,
+    # native "role" order, as a pipeline that applies ReplicaSets before Jobs would: the pservers of
+    # both jobs first (until placed), then both trainer Jobs
+    if mode == "native" and args.native_order == "role":
+        manifests = [o for j in jobs for o in build_native(specs[j]) if o["kind"] != "Job"]
+        for obj in manifests:
+            utils.create_from_dict(api, obj, namespace=namespace)
+        want = len(jobs) * args.pservers
+        while sum(_held(core, namespace).values()) < min(want, args.slots) \
+                and time.monotonic() < tl.t0 + args.deadline:
+            time.sleep(0.2)
+        for j in jobs:
+            utils.create_from_dict(api, build_native(specs[j])[-1], namespace=namespace)
+    else:
+        for j in jobs:
+            if mode == "native":
+                for obj in build_native(specs[j]):
+                    utils.create_from_dict(api, obj, namespace=namespace)
+            else:
+                co.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs",
+                                                   build_job(specs[j]))
+    order = f", {args.native_order} order" if mode == "native" else ""
     log(f"{mode}: submitted {jobs} ({args.pservers} pservers + {args.trainers} trainers each) "
-        f"onto {args.slots} slots")
+        f"onto {args.slots} slots{order}")
     deadline = tl.t0 + args.deadline
     while time.monotonic() < deadline and len(tl.completed) < len(jobs):
         now = time.monotonic()
@@ -268,6 +284,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--deadline", type=float, default=420.0, help="seconds per mode")
     ap.add_argument("--sample", type=float, default=0.5, help="seconds between samples")
     ap.add_argument("--modes", default="native,volcano")
+    ap.add_argument("--native-order", choices=("job", "role"), default="job",
+                    help="native submission order: job = A's objects then B's; role = both jobs' "
+                         "pserver ReplicaSets first (until placed), then both trainer Jobs")
     ap.add_argument("--svg", default=str(REPO / "docs" / "seed-comparison.svg"))
     ap.add_argument("--json", default=None, help="also write the full report here")
     args = ap.parse_args(argv)
@@ -278,6 +297,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ctr_volcano.volcano.handoff import build_pvc
 
     work = Path(tempfile.mkdtemp(prefix="seed-comparison-"))
+    work.chmod(0o755)  # the pods run as a non-root UID and must reach the claim below it
     claim = work / "claim"
     cluster = mc.MiniCluster(mc.build_binaries(), work / "cluster", schedule_period="500ms",
                              process_nodes=True, kube_scheduler=True)
@@ -292,11 +312,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         cluster.create_host_volume("seed-claim", claim, ns, "ctr-data")
         client.CoreV1Api(cluster.api_client()).create_namespaced_persistent_volume_claim(
             ns, build_pvc("ctr-data", ns, size="1Gi"))
-        _cli("gen-data", "--rows", str(args.rows), "--out", str(claim / "raw"), "--seed", "3")
-        _cli("prep", "--input", str(claim / "raw"), "--out", str(claim / "prep"), "--shards",
+        _cli("gen-data", "--rows", str(args.rows), "--out", str(work / "raw"), "--seed", "3")
+        _cli("prep", "--input", str(work / "raw"), "--out", str(work / "prep"), "--shards",
              str(args.trainers), "--hash-buckets", "100003")
         for mode in args.modes.split(","):
-            tl, jobs, report = run_mode(cluster, mode, ns, claim, str(claim / "prep"), pool, args)
+            tl, jobs, report = run_mode(cluster, mode, ns, claim, str(work / "prep"), pool, args)
             reports[mode] = report
             panels.append((f"{mode}: {report['completed']}/2 completed", tl, jobs))
     finally:

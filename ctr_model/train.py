@@ -230,6 +230,14 @@ def _cache_dir(spec: RoleSpec) -> str:
 def run_trainer(spec: RoleSpec, config: TrainConfig, explicit_buckets: bool = True) -> int:
     import shutil
 
+    # Paddle's Gloo rendezvous dials pserver 0 by name once and dies on a name that does not resolve
+    # yet (the headless Service publishes it a little after the pod starts): wait a bounded time.
+    for host in dict.fromkeys(spec.pserver_hosts):
+        if resolve_own_host(host, DNS_WAIT_S) is None:
+            print(f"{spec.name}: pserver host name {host!r} (from VC_PSERVER_HOSTS) did not resolve "
+                  f"within {DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc "
+                  f"plugin publishes not-ready addresses", file=sys.stderr, flush=True)
+            return 2
     split = resolve_split(spec.data_dir, "train")
     if split.hash_buckets and not explicit_buckets:
         config = config.replace(hash_buckets=split.hash_buckets)   # follow the data by default
