@@ -124,7 +124,7 @@ def test_native_pair_places_partially_the_volcano_pair_never_and_both_volcano_jo
     def step(job: str) -> None:
         try:
             box[job] = run_training_step(planted["prep"], str(tmp_path / job / "model"),
-                                         _params(sandbox, claim, job, schedule_timeout_s=900),
+                                         _params(sandbox, claim, job, epochs=3, schedule_timeout_s=900),
                                          log=lines[job].append)
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             box[job] = exc
