@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -321,6 +322,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             panels.append((f"{mode}: {report['completed']}/2 completed", tl, jobs))
     finally:
         cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)  # data, claim and cluster state of this run
     Path(args.svg).write_text(render_svg(panels, args.slots))
     log(f"picture: {args.svg}")
     if args.json:
