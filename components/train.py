@@ -69,6 +69,7 @@ def train_ctr(
     s3_secret: str = "",
     s3_root: str = "",
     schedule_timeout_s: int = 600,
+    stall_timeout_s: float = 300.0,
     run_id: str = "",
     task_name: str = "",
     service_account: str = "",
@@ -113,6 +114,8 @@ def train_ctr(
         s3_root: Volcano, s3 only: s3://BUCKET/PREFIX for run directories (deleted after
             success); empty means the data's bucket, ctr-runs/.
         schedule_timeout_s: Volcano only: seconds the gang may stay Pending before the step fails.
+        stall_timeout_s: seconds a trainer may print nothing before it counts as hung (local: the
+            gang restarts; Volcano: the step fails and the Job is deleted).
         run_id: Volcano only: the KFP run id (pass dsl.PIPELINE_JOB_ID_PLACEHOLDER); names the Job
             so a retried step re-attaches instead of creating a duplicate.
         task_name: Volcano only: the KFP task name (pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER).
@@ -145,7 +148,7 @@ def train_ctr(
         namespace=namespace, image=image, queue=queue, priority_class=priority_class,
         artifact_store=artifact_store, pvc_name=pvc_name, pvc_mount_path=pvc_mount_path,
         s3_endpoint=s3_endpoint, s3_secret=s3_secret, s3_root=s3_root,
-        schedule_timeout_s=schedule_timeout_s,
+        schedule_timeout_s=schedule_timeout_s, stall_timeout_s=stall_timeout_s,
         run_id=run_id, task_name=task_name, service_account=service_account, cpu=cpu,
         memory=memory, gpus=gpus, ttl_seconds_after_finished=ttl_seconds_after_finished,
         poll_s=poll_interval_s, workspace_path=workspace_path, task_config=task_config)

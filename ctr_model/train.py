@@ -310,6 +310,14 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
                 explicit_buckets: bool = True) -> int:
     import shutil
 
+    # Paddle's Gloo rendezvous dials pserver 0 by name once and dies on a name that does not resolve
+    # yet (the headless Service publishes it a little after the pod starts): wait a bounded time.
+    for host in dict.fromkeys(spec.pserver_hosts):
+        if resolve_own_host(host, DNS_WAIT_S) is None:
+            log.error(f"{spec.name}: error: pserver host name {host!r} (from VC_PSERVER_HOSTS) did not "
+                      f"resolve within {DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the "
+                      f"Job's svc plugin publishes not-ready addresses")
+            return EXIT_BAD_INPUT
     split, n_files, mine, fetch = _train_split(spec, ws)
     if split.hash_buckets and not explicit_buckets:
         config = config.replace(hash_buckets=split.hash_buckets)   # follow the data by default

@@ -173,8 +173,10 @@ def test_missing_variables_are_named_and_refused(tmp_path):
     assert "refusing to start" in proc.stderr
 
 
-def test_unresolvable_pserver_host_fails_clearly_after_a_bounded_wait(tmp_path):
-    env = _pod_env(tmp_path, "pserver", 0, 7000)
+@pytest.mark.parametrize("role", ["pserver", "trainer"])
+def test_unresolvable_pserver_host_fails_clearly_after_a_bounded_wait(tmp_path, role):
+    # the pserver waits for its own name, a trainer for its pservers' (Gloo dials pserver 0 once)
+    env = _pod_env(tmp_path, role, 0, 7000)
     env["VC_PSERVER_HOSTS"] = "ctr-no-such-job-pserver-0.invalid"
     env["CTR_DNS_WAIT_S"] = "2"
     started = time.monotonic()

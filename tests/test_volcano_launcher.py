@@ -3,7 +3,8 @@
 Paths: create, re-attach (running and completed), re-create after an earlier failed attempt,
 pending -> explain -> timeout (job deleted), failure with the failed pods' log tails (kept although
 Volcano deleted the pods), cancel (method and a real SIGTERM to a launcher process), success with
-outputs, transient API errors (retried, bounded), RBAC refusal. Every request any test makes is
+outputs, transient API errors (retried, bounded), RBAC refusal, the stall watchdog (a silent Running
+trainer fails the step and the Job is deleted; progressing, Pending or unreadable ones do not). Every request any test makes is
 checked against the Role of :mod:`ctr_volcano.volcano.rbac`.
 
 The real-cluster evidence is in the cluster tier (``tests/cluster``).
@@ -29,6 +30,7 @@ from ctr_volcano.volcano.launcher import JobCancelled, VolcanoLauncher
 from ctr_volcano.volcano.manifest import build_job
 from ctr_volcano.volcano.rbac import allows
 from ctr_volcano.volcano.spec import TrainJobSpec
+from ctr_volcano.volcano.stall import StallWatchdog
 from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -368,4 +370,88 @@ def test_unreadable_pod_logs_never_fail_the_step(fake, client, spec, tmp_path):
     logs = []
     result = launcher(client, spec, logs, max_api_retries=1).run()
     assert result.metrics["rows"] == 1000
-    assert sum("cannot read the log of pod" in line for line in logs) == 2  # once per streamed pod
+    # once per pod: the two streamed (pserver-0, trainer-0) and trainer-1, read by the stall watchdog
+    assert sum("cannot read the log of pod" in line for line in logs) == 3
+
+
+# ----------------------------------------------------------------------------- stall watchdog
+def trainers_log(*indexes):
+    def step(fake):
+        for i in indexes:
+            fake.log(NS, f"{JOB}-trainer-{i}", f"trainer-{i}: epoch 1: {fake.job_gets} examples")
+    return step
+
+
+def test_silent_trainer_fails_the_step_naming_it_and_the_job_is_deleted(fake, client, spec):
+    spec = TrainJobSpec(**{**spec.__dict__, "stall_timeout_s": 0.5})
+
+    def start(f):
+        running(f)
+        f.log(NS, f"{JOB}-trainer-1", "trainer-1: 1 shard(s) converted", "trainer-1: epoch 1: 100 examples")
+
+    # trainer-0 keeps logging on every poll; trainer-1 logs twice at start, then nothing
+    fake.script = [noop, start] + [trainers_log(0)] * 2000
+    logs = []
+    t0 = time.monotonic()
+    with pytest.raises(TrainingJobFailed) as exc:
+        launcher(client, spec, logs, tail_lines=5).run()
+    waited = time.monotonic() - t0
+    err = exc.value
+    assert err.phase == "Stalled" and err.role == f"{JOB}-trainer-1", err
+    assert [p["pod"] for p in err.details["silent_pods"]] == [f"{JOB}-trainer-1"]
+    assert err.details["silent_pods"][0]["silent_s"] >= 0.5
+    assert "trainer-1: epoch 1: 100 examples" in err.details["silent_pods"][0]["last_line"]
+    assert "1 shard(s) converted" in err.log_tail  # kept before the Job (and its logs) went away
+    assert f"{JOB}-trainer-0" not in str(err) and "stall_timeout_s=0.5" in str(err)
+    assert 0.5 <= waited < 10
+    assert fake.job(NS, JOB) is None and fake.count("delete", "jobs") == 1
+    assert fake.pods == {}
+    assert any("no progress from ctr-t-trainer-1" in line for line in logs)
+
+
+def test_trainers_that_keep_logging_are_never_stalled_nor_a_long_pending_gang(fake, client, spec, tmp_path):
+    spec = TrainJobSpec(**{**spec.__dict__, "stall_timeout_s": 0.3})
+    pending = [noop] * 40  # >= 0.4 s Pending: silence before the gang runs is not a stall
+    progress = [trainers_log(0, 1)] * 40  # >= 0.4 s Running, both trainers progressing
+    fake.script = pending + [lambda f: running(f)] + progress + [complete(tmp_path / "out")]
+    logs = []
+    result = launcher(client, spec, logs, explain_every_s=60).run()
+    assert result.metrics["rows"] == 1000
+    assert fake.count("delete", "jobs") == 0
+    assert fake.count("get", "pods/log") > 10  # the watchdog really looked
+
+
+def test_watchdog_clock_new_lines_restart_silence_and_restarted_pods_start_afresh():
+    dog = StallWatchdog(10)
+    dog.observe("t-0", "uid-a", "", now=0.0)
+    dog.observe("t-1", "uid-b", "2026-01-01T00:00:01Z line 1", now=0.0)
+    dog.observe("t-0", "uid-a", "2026-01-01T00:00:05Z started", now=5.0)
+    dog.observe("t-1", "uid-b", "2026-01-01T00:00:01Z line 1", now=9.0)  # same line: still silent
+    assert dog.silent(9.9) == []
+    assert [(s.pod, s.silent_s) for s in dog.silent(10.0)] == [("t-1", 10.0)]
+    # the gang restarts: same pod name, new uid -> a fresh heartbeat, the old silence is forgotten
+    dog.observe("t-1", "uid-c", "2026-01-01T00:00:01Z line 1", now=12.0)
+    assert [s.pod for s in dog.silent(16.0)] == ["t-0"]  # t-0's last line was at 5.0
+    # an unreadable log is the benefit of the doubt, never a stall
+    dog.observe("t-0", "uid-a", None, now=16.0)
+    assert dog.silent(21.0) == []
+    # longest silence first; pods no longer Running are forgotten
+    assert [s.pod for s in dog.silent(40.0)] == ["t-1", "t-0"]
+    dog.keep_only(["t-0"])
+    assert [s.pod for s in dog.silent(40.0)] == ["t-0"]
+    dog.reset()
+    assert dog.silent(1e9) == []
+
+
+def test_unreadable_logs_are_never_a_stall(fake, client, spec, tmp_path):
+    spec = TrainJobSpec(**{**spec.__dict__, "stall_timeout_s": 0.2})
+    fake.fail_next = [("get pods/log", 502)] * 1000
+    fake.script = [lambda f: running(f)] + [noop] * 30 + [complete(tmp_path / "out")]
+    result = launcher(client, spec, [], max_api_retries=0).run()
+    assert result.metrics["rows"] == 1000
+
+
+@pytest.mark.parametrize("bad", [0, -5, True, "300"])
+def test_stall_timeout_is_validated(spec, bad):
+    with pytest.raises(BadInput, match="stall_timeout_s"):
+        TrainJobSpec(**{**spec.__dict__, "stall_timeout_s": bad})

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ctr_volcano.errors import BadInput
+from ctr_volcano.errors import BadInput, TrainingJobFailed
 from ctr_volcano.volcano import cli_train
 from ctr_volcano.volcano.client import KubeClient
 from ctr_volcano.volcano.handoff import build_pvc, copy_model_out, prepare_run_dir
@@ -164,6 +164,43 @@ def test_cli_train_volcano_uses_the_same_step(fake, tmp_path, prep, capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["metrics"]["final_loss"] == 0.4 and Path(out["model_dir"], "model_meta.json").is_file()
     assert next(iter(fake.jobs.values()))["spec"]["maxRetry"] == 1
+
+
+def test_cli_stall_timeout_reaches_the_launchers_watchdog(fake, tmp_path, prep):
+    """``--stall-timeout`` -> StepParams -> TrainJobSpec -> the launcher: a silent gang fails fast."""
+    (tmp_path / "pvc").mkdir()
+
+    def run_silently(f):
+        (ns, name), _ = next(iter(f.jobs.items()))
+        for task, i in (("pserver", 0), ("trainer", 0)):
+            f.put_pod(ns, name, task, i, "Running")
+        f.set_phase(ns, name, "Running", running=2)
+
+    fake.script = [lambda f: None, run_silently]
+    parser = argparse.ArgumentParser()
+    from ctr_volcano.volcano import add_train_arguments
+    add_train_arguments(parser)
+    args = parser.parse_args(["--namespace", NS, "--image", "img:1", "--pvc-name", "claim",
+                              "--pvc-mount-path", str(tmp_path / "pvc"), "--run-id", "cli-stall",
+                              "--poll", "0.01", "--kubeconfig", fake.write_kubeconfig(str(tmp_path / "kc"))])
+    for key, value in dict(data=str(prep), model_out=str(tmp_path / "model"), pservers=1, trainers=1,
+                           epochs=1, batch_size=32, lr=0.001, max_retry=0, stall_timeout=0.3).items():
+        setattr(args, key, value)
+    with pytest.raises(TrainingJobFailed) as exc:
+        cli_train(args)
+    assert exc.value.phase == "Stalled" and exc.value.details["stall_timeout_s"] == 0.3
+    assert exc.value.role.endswith("-trainer-0") and fake.jobs == {}
+
+
+def test_stall_timeout_from_the_component_reaches_the_spec(tmp_path):
+    from ctr_volcano.volcano.step import build_spec
+
+    params = StepParams.from_component(backend="volcano", pvc_name="claim", namespace="ml", image="img:1",
+                                       stall_timeout_s=45.0)
+    assert build_spec(params, "/mnt/d", "/mnt/o", name="ctr-x").stall_timeout_s == 45.0
+    assert StepParams(backend="volcano", pvc_name="claim").stall_timeout_s == 300.0  # on by default
+    with pytest.raises(BadInput, match="stall_timeout_s"):
+        StepParams(stall_timeout_s=0)
 
 
 def test_volcano_step_checks_data_and_config_before_submitting(fake, tmp_path, prep):

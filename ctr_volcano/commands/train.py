@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--config", default=None, metavar="FILE", help="TrainConfig JSON file")
     p.add_argument("--max-retry", type=int, default=2, help="whole-gang restarts (default: %(default)s)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
-                   help="local backend: fail a gang whose trainers print nothing this long (default: 300)")
+                   help="a trainer that prints nothing this long is hung: the local backend restarts the "
+                        "gang, the volcano backend fails and deletes the Job (default: 300)")
     p.add_argument("--workdir", default=None,
                    help="local backend: logs and checkpoints (reuse it to resume); default: a temp dir")
     g = p.add_argument_group(

@@ -71,6 +71,7 @@ def cli_train(args: Any) -> int:
     """
     import json
 
+    from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
     from ctr_volcano.volcano.step import StepParams, run_training_step
 
     def opt(name: str, default: Any = None) -> Any:
@@ -92,6 +93,7 @@ def cli_train(args: Any) -> int:
         namespace=opt("namespace"), image=opt("image"), queue=opt("queue", "default"),
         priority_class=opt("priority_class"), pvc_name=opt("pvc_name"),
         pvc_mount_path=opt("pvc_mount_path", "/mnt/ctr"), schedule_timeout_s=opt("schedule_timeout", 600),
+        stall_timeout_s=opt("stall_timeout") or DEFAULT_STALL_TIMEOUT_S,
         run_id=opt("run_id"), task_name=opt("task_name", "train-ctr"), job_name=opt("job_name"),
         service_account=opt("service_account"), cpu=opt("cpu", "1"), memory=opt("memory", "2Gi"),
         gpus=opt("gpus", 0), ttl_seconds_after_finished=None if ttl == -1 else ttl,

@@ -12,7 +12,10 @@ SIGTERM, fail on every terminal bad state), plus what Volcano users keep asking 
 * Volcano's ``RestartJob`` deletes failed pods and their logs, so the launcher captures every failed
   pod's reason, exit code and log tail as soon as it sees it, and a terminal failure raises
   :class:`~ctr_volcano.errors.TrainingJobFailed` carrying all of them;
-* SIGTERM/SIGINT delete the Job and the step exits non-zero.
+* SIGTERM/SIGINT delete the Job and the step exits non-zero;
+* a Running gang whose trainer logs gain no line for ``stall_timeout_s`` (a hung trainer holds every
+  slot of the gang while Volcano sees a healthy Running pod) fails the step naming the silent pods,
+  and the Job is deleted (:mod:`~ctr_volcano.volcano.stall`).
 
 Polling (not watch streams) keeps the state machine simple and restart-safe; every interval is a
 constructor argument so tests run in milliseconds.
@@ -33,6 +36,7 @@ from ctr_volcano.volcano.client import JobExists
 from ctr_volcano.volcano.manifest import ANNOTATION_RUN, build_job, check_job
 from ctr_volcano.volcano.names import pod_name
 from ctr_volcano.volcano.spec import TrainJobSpec
+from ctr_volcano.volcano.stall import Silent, StallWatchdog
 
 __all__ = ["VolcanoLauncher", "JobCancelled", "PodFailure", "FAILED_PHASES", "TERMINAL_PHASES",
            "result_class"]
@@ -120,6 +124,7 @@ class _WatchState:
     retry: int = 0
     pending_since: Optional[float] = None
     last_explain: float = float("-inf")
+    last_heartbeat_check: float = float("-inf")
 
 
 class VolcanoLauncher:
@@ -178,6 +183,9 @@ class VolcanoLauncher:
         self._log_errors: set = set()
         self._cancel = threading.Event()
         self._cancel_signal: Optional[int] = None
+        self.watchdog = StallWatchdog(spec.stall_timeout_s)
+        # Reading one log line per trainer is cheap, but not every poll on a big gang.
+        self.heartbeat_every_s = max(self.poll_s, min(30.0, spec.stall_timeout_s / 10))
 
     # ------------------------------------------------------------------ public API
     def run(self) -> Any:
@@ -305,6 +313,15 @@ class VolcanoLauncher:
                 return job
             if phase in FAILED_PHASES:
                 raise self._failure(job, phase)
+            if phase == "Running":
+                if now - st.last_heartbeat_check >= self.heartbeat_every_s:
+                    st.last_heartbeat_check = now
+                    silent = self._heartbeats(pods, now)
+                    if silent:
+                        raise self._stalled(silent)
+            else:
+                self.watchdog.reset()
+                st.last_heartbeat_check = float("-inf")
             if phase == "Pending":
                 if st.pending_since is None:
                     st.pending_since = now
@@ -509,6 +526,44 @@ class VolcanoLauncher:
             self.failures[str(uid)] = record
             self.log(f"[volcano] pod {name} ({role}) failed: {record.reason}, exit code {record.exit_code}"
                      + (f"; last log lines:\n{_indent(record.log_tail)}" if record.log_tail else ""))
+
+    def _heartbeats(self, pods: List[Mapping[str, Any]], now: float) -> List[Silent]:
+        """Feed the newest log line of every Running trainer to the watchdog; return the silent ones."""
+        watched = []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            name = meta.get("name") or ""
+            role = (meta.get("labels") or {}).get("volcano.sh/task-spec") or _role_from_name(self.name, name)
+            if role != "trainer" or meta.get("deletionTimestamp") \
+                    or (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            watched.append(name)
+            line = self._read_log(name, tail_lines=1, timestamps=True)
+            self.watchdog.observe(name, str(meta.get("uid") or name),
+                                  None if line is None else line.strip(), now)
+        self.watchdog.keep_only(watched)
+        return self.watchdog.silent(now)
+
+    def _stalled(self, silent: List[Silent]) -> TrainingJobFailed:
+        """Keep the silent pods' log tails, delete the Job, and describe the stall."""
+        timeout = self.spec.stall_timeout_s
+        records: List[Dict[str, Any]] = []
+        for item in silent:
+            tail = self._read_log(item.pod, tail_lines=self.tail_lines) or ""
+            records.append({"pod": item.pod, "silent_s": item.silent_s, "last_line": item.last_line,
+                            "log_tail": tail})
+        names = ", ".join(f"{r['pod']} (silent {r['silent_s']:.1f}s)" for r in records)
+        self.log(f"[volcano] job {self.name}: no progress from {names}: no new log line for "
+                 f"stall_timeout_s={timeout:g}; deleting the job")
+        self._delete_quietly()
+        first = records[0]
+        return TrainingJobFailed(
+            self.name, "Stalled",
+            f"trainer pod(s) {names} made no progress (no new log line) for stall_timeout_s={timeout:g}; "
+            "the Job was deleted. A hung trainer or an unresponsive pserver; raise stall_timeout_s if "
+            "the trainers legitimately stay quiet longer",
+            role=first["pod"], log_tail=first["log_tail"],
+            details={"silent_pods": records, "stall_timeout_s": timeout})
 
     def _failure(self, job: Mapping[str, Any], phase: str) -> TrainingJobFailed:
         pods = self._api(self.client.list_pods, self.namespace, f"volcano.sh/job-name={self.name}")

@@ -34,8 +34,8 @@ from ctr_volcano.volcano.spec import SCRATCH_MOUNT, Resources, TrainJobSpec
 __all__ = [
     "API_VERSION", "KIND", "GROUP", "VERSION", "PLURAL", "ENTRYPOINT", "LABEL_JOB", "LABEL_RUN",
     "LABEL_TASK", "ANNOTATION_RUN", "ANNOTATION_TASK", "KNOWN_PLUGINS",
-    "contract_for", "build_job", "validate_job", "check_job", "to_yaml", "load_crd_schema", "validate_against_crd",
-    "unknown_fields",
+    "contract_for", "pod_template", "build_job", "validate_job", "check_job", "to_yaml",
+    "load_crd_schema", "validate_against_crd", "unknown_fields",
 ]
 
 GROUP = "batch.volcano.sh"
@@ -106,7 +106,11 @@ def _env(spec: TrainJobSpec, role: str) -> List[Dict[str, Any]]:
     return env
 
 
-def _pod_template(spec: TrainJobSpec, role: str, resources: Resources) -> Dict[str, Any]:
+def pod_template(spec: TrainJobSpec, role: str, resources: Resources) -> Dict[str, Any]:
+    """The pod template of ``role``: image, entrypoint, ``role_env`` contract, volumes, security.
+
+    Shared with :mod:`ctr_volcano.volcano.native`, so both deployments run the same pods.
+    """
     container: Dict[str, Any] = {
         "name": role,
         "image": spec.image,
@@ -215,7 +219,7 @@ def build_job(spec: TrainJobSpec) -> Dict[str, Any]:
                 "replicas": spec.pservers,
                 "minAvailable": spec.pservers,
                 "maxRetry": retries,
-                "template": _pod_template(spec, PSERVER, spec.pserver_resources),
+                "template": pod_template(spec, PSERVER, spec.pserver_resources),
             },
             {
                 "name": TRAINER,
@@ -223,7 +227,7 @@ def build_job(spec: TrainJobSpec) -> Dict[str, Any]:
                 "minAvailable": spec.trainers,
                 "maxRetry": retries,
                 "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}],
-                "template": _pod_template(spec, TRAINER, spec.trainer_resources),
+                "template": pod_template(spec, TRAINER, spec.trainer_resources),
             },
         ],
     }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ctr_volcano.errors import BadInput
+from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.volcano.names import is_dns1035_label, is_dns1123_label, is_dns1123_subdomain
 
 __all__ = ["Resources", "PvcVolume", "SecretEnv", "ObjectStore", "TrainJobSpec", "DEFAULT_PS_PORT",
@@ -237,6 +238,9 @@ class TrainJobSpec:
             (Volcano ``maxRetry`` = ``max_retry + 1`` attempts).
         ttl_seconds_after_finished: Volcano deletes the finished Job after this long; ``None`` keeps it.
         schedule_timeout_s: how long the launcher lets the gang stay Pending before giving up.
+        stall_timeout_s: the launcher fails the step and deletes the Job when a Running trainer's
+            log gains no line for this long (see :mod:`ctr_volcano.volcano.stall`); trainers log
+            progress every 10 s, so the default leaves room for start-up and checkpoints.
         node_selector: node labels every pod requires.
         tolerations: Kubernetes toleration objects (dicts).
         affinity: a Kubernetes affinity object (dict) for every pod.
@@ -285,6 +289,7 @@ class TrainJobSpec:
     max_retry: int = 2
     ttl_seconds_after_finished: Optional[int] = 3600
     schedule_timeout_s: int = 600
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     node_selector: Any = ()
     tolerations: Tuple[Mapping[str, Any], ...] = ()
     affinity: Optional[Mapping[str, Any]] = None
@@ -375,6 +380,10 @@ class TrainJobSpec:
                            "pservers only serve tables and never use a GPU: set GPUs on the trainers")
         if not isinstance(self.schedule_timeout_s, int) or self.schedule_timeout_s < 1:
             raise BadInput("schedule_timeout_s", self.schedule_timeout_s, "use seconds >= 1")
+        if isinstance(self.stall_timeout_s, bool) or not isinstance(self.stall_timeout_s, (int, float)) \
+                or not self.stall_timeout_s > 0:
+            raise BadInput("stall_timeout_s", self.stall_timeout_s,
+                           "use a positive number of seconds (trainers log progress every 10 s)")
         for name in ("ps_port", "gloo_port"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 1024 <= value <= 65535:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ctr_volcano.errors import BadInput
+from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.volcano.task_config import EMPTY, TaskPodConfig
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class StepParams:
         pvc_name: Volcano, ``pvc``: the shared RWX claim.
         pvc_mount_path: Volcano: where the claim is mounted here and in the gang's pods.
         schedule_timeout_s: Volcano: seconds the gang may stay Pending.
+        stall_timeout_s: both backends: a trainer whose log gains no line for this long is hung;
+            the local backend restarts the gang, the Volcano launcher fails the step and deletes the Job.
         run_id: Volcano: KFP run id (names the Job; a retried step re-attaches).
         task_name: Volcano: KFP task name.
         job_name: Volcano: explicit Job name (overrides the name derived from run_id/task_name).
@@ -96,6 +99,7 @@ class StepParams:
     pvc_name: Optional[str] = None
     pvc_mount_path: str = "/mnt/ctr"
     schedule_timeout_s: int = 600
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     run_id: Optional[str] = None
     task_name: Optional[str] = None
     job_name: Optional[str] = None
@@ -131,6 +135,10 @@ class StepParams:
             raise BadInput("max_retry", self.max_retry, "use a whole number >= 0")
         if not isinstance(self.gpus, int) or self.gpus < 0:
             raise BadInput("gpus", self.gpus, "use a whole number >= 0")
+        if isinstance(self.stall_timeout_s, bool) or not isinstance(self.stall_timeout_s, (int, float)) \
+                or not self.stall_timeout_s > 0:
+            raise BadInput("stall_timeout_s", self.stall_timeout_s,
+                           "use a positive number of seconds (trainers log progress every 10 s)")
         if self.poll_s <= 0 or self.explain_every_s <= 0:
             raise BadInput("poll_s", self.poll_s, "use positive intervals")
         if not isinstance(self.task_config, TaskPodConfig):
@@ -243,7 +251,7 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         trainer_resources=trainer_resources,
         queue=params.queue, priority_class=params.priority_class, max_retry=params.max_retry,
         ttl_seconds_after_finished=params.ttl_seconds_after_finished,
-        schedule_timeout_s=params.schedule_timeout_s,
+        schedule_timeout_s=params.schedule_timeout_s, stall_timeout_s=params.stall_timeout_s,
         service_account=params.service_account,
         volumes=explicit if params.artifact_store == "pvc" else (),
         node_selector=dict(task.node_selector), tolerations=task.tolerations, affinity=task.affinity,
@@ -373,8 +381,8 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
         if on_identity:
             on_identity({"backend": "local", "pservers": params.pservers, "trainers": params.trainers})
         return train_local(data_path, model_dir, train_config_of(params), pservers=params.pservers,
-                           trainers=params.trainers, max_retry=params.max_retry, log=log,
-                           init_model=init_model)
+                           trainers=params.trainers, max_retry=params.max_retry,
+                           stall_timeout_s=params.stall_timeout_s, log=log, init_model=init_model)
 
     from ctr_volcano.volcano.client import KubeClient
     from ctr_volcano.volcano.handoff import copy_model_out, prepare_run_dir

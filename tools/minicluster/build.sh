@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the cluster test tier's binaries (etcd, kube-apiserver, vc-scheduler, vc-controller-manager,
-# kwok) from the Go module proxy with the ordinary `go` tool, into a cache outside the repository.
+# Build the cluster test tier's binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# vc-scheduler, vc-controller-manager, vc-webhook-manager, kwok) from the Go module proxy with the
+# ordinary `go` tool, into a cache outside the repository.
 #
 # Why a script: Kubernetes, etcd and Volcano cannot be `go install`ed (their go.mod files carry local
 # replace directives), so they are built from the tools module in ./cluster, whose go.mod/go.sum pin
@@ -17,7 +18,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 KWOK_VERSION="v0.8.0"
 K8S_VERSION="v1.35.3"
-BINARIES=(etcd kube-apiserver kube-controller-manager vc-scheduler vc-controller-manager kwok)
+BINARIES=(etcd kube-apiserver kube-controller-manager vc-scheduler vc-controller-manager kwok
+  kube-scheduler vc-webhook-manager)
 # Bump when the build recipe below changes in a way that changes the binaries.
 RECIPE=3
 
@@ -110,12 +112,15 @@ export GOWORK="$STAGE/go.work"
 
 # One `go build` for all five: they share most packages (client-go, apiserver, ...), and the go tool
 # keeps both cores busy across compile and link steps.
-step "etcd, kube-apiserver, kube-controller-manager, vc-scheduler, vc-controller-manager" \
+step "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, vc-scheduler, vc-controller-manager, vc-webhook-manager" \
   go build -ldflags "$K8S_LDFLAGS" -o "$STAGE/" ./cmd/etcd \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  volcano.sh/volcano/cmd/scheduler volcano.sh/volcano/cmd/controller-manager
+  k8s.io/kubernetes/cmd/kube-scheduler \
+  volcano.sh/volcano/cmd/scheduler volcano.sh/volcano/cmd/controller-manager \
+  volcano.sh/volcano/cmd/webhook-manager
 mv "$STAGE/scheduler" "$STAGE/vc-scheduler"
 mv "$STAGE/controller-manager" "$STAGE/vc-controller-manager"
+mv "$STAGE/webhook-manager" "$STAGE/vc-webhook-manager"
 cd "$HERE"
 unset GOWORK
 step "kwok" env GOBIN="$STAGE" GOFLAGS="-trimpath" go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"

@@ -10,6 +10,10 @@ vc-controller-manager, kwok); this module only wires them together:
   on free ports, and each process runs in its own session so :meth:`MiniCluster.stop` leaves
   nothing behind;
 * the Volcano CRDs are applied before the scheduler starts (it panics without the Queue CRD);
+* Volcano's admission webhook (``vc-webhook-manager``) serves with a certificate minted here and is
+  registered with the API server (the production install's list of webhooks), so every Job passes
+  the real validation and defaulting; kube-scheduler (for native Kubernetes workloads) starts on
+  request;
 * kwok runs the label-gated stages of ``kwok-stages.yaml`` on the kwok nodes (label ``type=kwok``): a
   bound pod becomes Running, and ends only when a test labels it ``kwok-test/outcome=succeed|fail``
   (optionally after the delay in the ``kwok-test/after`` annotation), so a test decides which pod of
@@ -37,15 +41,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __all__ = [
     "HERE", "BUILD_SCRIPT", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
     "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
-    "NodeShape", "DEFAULT_IMAGES",
+    "NodeShape", "DEFAULT_KCM_CONTROLLERS", "VOLCANO_WEBHOOKS", "webhook_configurations",
+    "DEFAULT_IMAGES",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -59,7 +65,34 @@ ADMIN_TOKEN_USER = "minicluster-admin"
 #: Images the process nodes can run: last path segment of the image -> its Dockerfile.
 DEFAULT_IMAGES = {"ctr-trainer": REPO / "dockerfiles" / "Dockerfile.trainer"}
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "vc-scheduler",
-            "vc-controller-manager", "kwok")
+            "vc-controller-manager", "kwok", "kube-scheduler", "vc-webhook-manager")
+#: kube-controller-manager's controllers: garbage collection (Volcano relies on ownerReferences),
+#: namespaces and service accounts; for the process nodes the persistent-volume binder (claims on
+#: host-directory volumes), EndpointSlices (their hosts files) and the root-CA publisher (the
+#: kube-root-ca.crt ConfigMap every service-account volume projects); for native workloads
+#: ReplicaSets and batch Jobs.
+DEFAULT_KCM_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "persistentvolume-binder",
+                           "endpointslice", "root-ca-cert-publisher", "replicaset", "job")
+#: Volcano's admission webhooks as its Helm chart enables them by default
+#: (installer/helm/chart/volcano/values.yaml ``custom.enabled_admissions``, v1.15.1), with the rules
+#: of its ``templates/webhooks.yaml``: path -> (configuration kind, webhook name, apiGroup, version,
+#: resources, operations).
+VOLCANO_WEBHOOKS = {
+    "/jobs/mutate": ("Mutating", "mutatejob.volcano.sh", "batch.volcano.sh", "v1alpha1", "jobs",
+                     ("CREATE",)),
+    "/jobs/validate": ("Validating", "validatejob.volcano.sh", "batch.volcano.sh", "v1alpha1", "jobs",
+                       ("CREATE", "UPDATE")),
+    "/podgroups/validate": ("Validating", "validatepodgroup.volcano.sh", "scheduling.volcano.sh",
+                            "v1beta1", "podgroups", ("CREATE",)),
+    "/queues/mutate": ("Mutating", "mutatequeue.volcano.sh", "scheduling.volcano.sh", "v1beta1",
+                       "queues", ("CREATE",)),
+    "/queues/validate": ("Validating", "validatequeue.volcano.sh", "scheduling.volcano.sh", "v1beta1",
+                         "queues", ("CREATE", "UPDATE", "DELETE")),
+    "/hypernodes/validate": ("Validating", "validatehypernodes.volcano.sh", "topology.volcano.sh",
+                             "v1alpha1", "hypernodes", ("CREATE", "UPDATE")),
+    "/cronjobs/validate": ("Validating", "validatecronjob.volcano.sh", "batch.volcano.sh", "v1alpha1",
+                           "cronjobs", ("CREATE", "UPDATE")),
+}
 
 
 class ClusterError(RuntimeError):
@@ -241,6 +274,67 @@ def _write_certs(pki: Path) -> Dict[str, Path]:
     return paths
 
 
+def _write_serving_cert(pki: Path, name: str) -> Tuple[Path, Path]:
+    """A serving certificate for 127.0.0.1 signed by the cluster CA (``pki/ca.*``)."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    crt, key_path = pki / f"{name}.crt", pki / f"{name}.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return crt, key_path
+
+
+def webhook_configurations(base_url: str, ca_pem: bytes,
+                           paths: Iterable[str] = tuple(VOLCANO_WEBHOOKS)) -> List[Dict[str, Any]]:
+    """Volcano's Mutating/ValidatingWebhookConfigurations, pointing at ``base_url`` (not a Service).
+
+    Named as vc-webhook-manager expects (``volcano-admission-service-<path with - for />``): it
+    waits for each enabled path's configuration and fills in its CA bundle.
+    """
+    import base64
+
+    out = []
+    for path in paths:
+        kind, hook, group, version, resource, ops = VOLCANO_WEBHOOKS[path]
+        webhook: Dict[str, Any] = {
+            "name": hook, "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun",
+            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "timeoutSeconds": 10,
+            "clientConfig": {"url": base_url + path, "caBundle": base64.b64encode(ca_pem).decode()},
+            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                                        "operator": "NotIn", "values": ["kube-system"]}]},
+            "rules": [{"apiGroups": [group], "apiVersions": [version], "operations": list(ops),
+                       "resources": [resource], "scope": "*"}],
+        }
+        if kind == "Mutating":
+            webhook["reinvocationPolicy"] = "Never"
+        out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": f"{kind}WebhookConfiguration",
+                    "metadata": {"name": "volcano-admission-service" + path.replace("/", "-")},
+                    "webhooks": [webhook]})
+    return out
+
+
 def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: str = "user",
                      namespace: Optional[str] = None) -> Path:
     """Write a token kubeconfig (JSON is valid YAML, so no YAML text is templated)."""
@@ -291,8 +385,12 @@ class MiniCluster:
         schedule_period: vc-scheduler's ``--schedule-period``.
         kube_controller_manager: run KCM's garbage-collector, namespace and service-account
             controllers (Volcano relies on ownerReference garbage collection for a deleted Job's
-            pods and PodGroup), plus the persistent-volume binder, EndpointSlice and root-CA
-            publisher controllers the process nodes need.
+            pods and PodGroup).
+        kcm_controllers: the controllers KCM runs (default :data:`DEFAULT_KCM_CONTROLLERS`).
+        admission_webhook: run Volcano's admission webhook and register it (as a production
+            install does), so Jobs get the real validation and defaulting.
+        kube_scheduler: also run the default kube-scheduler (for native ReplicaSets and Jobs;
+            :meth:`start_kube_scheduler` starts it later).
         process_nodes: also run the node agent and the second kwok instance, so nodes added with
             :meth:`add_process_nodes` run real processes.
         images: for process nodes: image repository name -> Dockerfile (default
@@ -302,6 +400,8 @@ class MiniCluster:
     def __init__(self, bin_dir: Path, workdir: Optional[Path] = None, *,
                  schedule_period: str = "1s", kube_controller_manager: bool = True,
                  crd_dirs: Optional[Sequence[Path]] = None, keep_workdir: bool = False,
+                 kcm_controllers: Sequence[str] = DEFAULT_KCM_CONTROLLERS,
+                 admission_webhook: bool = True, kube_scheduler: bool = False,
                  process_nodes: bool = False, images: Optional[Dict[str, Path]] = None) -> None:
         self.bin_dir = Path(bin_dir)
         self._own_workdir = workdir is None
@@ -309,6 +409,10 @@ class MiniCluster:
         self.keep_workdir = keep_workdir
         self.schedule_period = schedule_period
         self.kube_controller_manager = kube_controller_manager
+        self.kcm_controllers = tuple(kcm_controllers)
+        self.admission_webhook = admission_webhook
+        self.kube_scheduler = kube_scheduler
+        self.webhook_url = ""
         self.crd_dirs = list(crd_dirs) if crd_dirs else _default_crd_dirs()
         self.procs: Dict[str, subprocess.Popen] = {}
         self.logs: Dict[str, Path] = {}
@@ -330,8 +434,10 @@ class MiniCluster:
         """Start every component and wait until Volcano's default queue is Open."""
         atexit.register(self.stop)
         t0 = time.monotonic()
+        skip = {"kube-controller-manager": not self.kube_controller_manager,
+                "vc-webhook-manager": not self.admission_webhook, "kube-scheduler": not self.kube_scheduler}
         for b in BINARIES:
-            if b == "kube-controller-manager" and not self.kube_controller_manager:
+            if skip.get(b):
                 continue
             if not (self.bin_dir / b).is_file():
                 raise ClusterError(f"{b} is missing in {self.bin_dir}; run tools/minicluster/build.sh")
@@ -344,6 +450,10 @@ class MiniCluster:
         self._apply_crds(deadline)
         if self.kube_controller_manager:
             self._start_kcm()
+        if self.admission_webhook:
+            self._start_webhook(deadline)
+        if self.kube_scheduler:
+            self.start_kube_scheduler()
         self._start_volcano()
         self._start_kwok()
         if self.process_nodes:
@@ -507,14 +617,58 @@ class MiniCluster:
     def _start_kcm(self) -> None:
         self._spawn("kube-controller-manager", [
             "kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
-            # persistentvolume-binder binds claims to the host-directory volumes of the process
-            # nodes, endpointslice feeds their hosts files, root-ca-cert-publisher makes the
-            # kube-root-ca.crt ConfigMap every pod's service-account volume projects.
-            "--controllers=garbagecollector,namespace,serviceaccount,persistentvolume-binder,"
-            "endpointslice,root-ca-cert-publisher", f"--root-ca-file={self.pki['ca']}",
+            "--controllers=" + ",".join(self.kcm_controllers), f"--root-ca-file={self.pki['ca']}",
             "--leader-elect=false", "--secure-port=0", "--bind-address=127.0.0.1",
             "--use-service-account-credentials=false", "--concurrent-gc-syncs=5",
         ])
+
+    def start_kube_scheduler(self) -> None:
+        """Start the default kube-scheduler (``default-scheduler``), which places pods one by one."""
+        if "kube-scheduler" in self.procs:
+            return
+        self._spawn("kube-scheduler", [
+            "kube-scheduler", f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={_free_port()}",
+            "--kube-api-qps=200", "--kube-api-burst=400",
+        ])
+
+    def _start_webhook(self, deadline: float) -> None:
+        """Serve Volcano's admission webhook on loopback and register it before anything submits.
+
+        The configurations exist before vc-webhook-manager starts (it waits for them and only fills
+        in their CA bundle), and it answers before vc-scheduler starts (the scheduler creates the
+        default queue, which the queue webhooks admit; with ``failurePolicy: Fail`` nothing passes
+        without them).
+        """
+        from kubernetes import client
+        port = _free_port()
+        self.webhook_url = f"https://127.0.0.1:{port}"
+        crt, key = _write_serving_cert(self.workdir / "pki", "vc-webhook")
+        api = client.AdmissionregistrationV1Api(self.api_client())
+        for conf in webhook_configurations(self.webhook_url, self.pki["ca"].read_bytes()):
+            if conf["kind"] == "MutatingWebhookConfiguration":
+                api.create_mutating_webhook_configuration(conf)
+            else:
+                api.create_validating_webhook_configuration(conf)
+        self._spawn("vc-webhook-manager", [
+            "vc-webhook-manager", f"--kubeconfig={self.kubeconfig}", f"--tls-cert-file={crt}",
+            f"--tls-private-key-file={key}", f"--ca-cert-file={self.pki['ca']}",
+            f"--webhook-url={self.webhook_url}", "--listen-address=127.0.0.1", f"--port={port}",
+            "--enabled-admission=" + ",".join(VOLCANO_WEBHOOKS), "--scheduler-name=volcano",
+            f"--healthz-address=127.0.0.1:{_free_port()}", "--kube-api-qps=200", "--kube-api-burst=400",
+            "-v=2",
+        ])
+        ctx = ssl.create_default_context(cafile=str(self.pki["ca"]))
+
+        def serving() -> bool:
+            try:
+                urllib.request.urlopen(self.webhook_url + "/jobs/validate", timeout=2, context=ctx)
+            except urllib.error.HTTPError:
+                return True  # TLS handshake done, the server answered (a GET without a review)
+            return True
+
+        self._wait("vc-webhook-manager serving TLS", serving, deadline, "vc-webhook-manager", interval=0.3)
 
     def _start_volcano(self) -> None:
         conf = Path(os.environ.get("CTR_VOLCANO_SCHEDULER_CONF") or HERE / "volcano-scheduler.conf")

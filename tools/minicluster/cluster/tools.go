@@ -7,6 +7,8 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "volcano.sh/volcano/cmd/controller-manager"
 	_ "volcano.sh/volcano/cmd/scheduler"
+	_ "volcano.sh/volcano/cmd/webhook-manager"
 )
