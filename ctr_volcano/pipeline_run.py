@@ -33,7 +33,7 @@ __all__ = [
     "LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes",
     "default_sample_dir", "pipeline_parameters", "parse_params", "run_local", "run_in_kfp_local",
     "compile_all", "compiled_files", "check_kfp_host", "submit", "PIPELINES", "pipeline_func",
-    "default_submit_pipeline",
+    "default_submit_pipeline", "LEGACY_KFP_HINT",
 ]
 
 #: What ``ctr-volcano run`` changes from the pipeline's (cluster-oriented) defaults: train with local
@@ -53,7 +53,8 @@ def default_sample_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "sample"
 
 
-#: The pipelines ``submit`` knows: name -> (module, function, description shown in the KFP UI).
+#: The pipelines ``submit`` knows: name -> (module, function, description shown in the KFP UI). Each
+#: module also defines ``<function>_legacy``, the variant for KFP backends older than 2.15.
 PIPELINES: Dict[str, Tuple[str, str, str]] = {
     "training": ("pipelines.ctr_training_pipeline", "ctr_training_pipeline",
                  "CTR training: prep, PaddlePaddle parameter-server training on Volcano, evaluation, AUC gate"),
@@ -63,29 +64,47 @@ PIPELINES: Dict[str, Tuple[str, str, str]] = {
 }
 
 
-def pipeline_func(pipeline: str = "training") -> Any:
-    """The ``@dsl.pipeline`` object named ``pipeline`` (a key of :data:`PIPELINES`)."""
+def pipeline_func(pipeline: str = "training", legacy: bool = False) -> Any:
+    """The ``@dsl.pipeline`` object named ``pipeline`` (a key of :data:`PIPELINES`).
+
+    Args:
+        pipeline: ``training`` or ``retraining``.
+        legacy: the variant for KFP backends older than 2.15 (no ``TaskConfig``, no run workspace).
+    """
     import importlib
 
     if pipeline not in PIPELINES:
         raise BadInput("--pipeline", pipeline, f"use one of {', '.join(PIPELINES)}")
     module, name, _ = PIPELINES[pipeline]
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), name + ("_legacy" if legacy else ""))
 
 
-def pipeline_parameters(pipeline: str = "training") -> Dict[str, Any]:
-    """A pipeline's parameters and their defaults (the training pipeline's by default)."""
-    sig = inspect.signature(pipeline_func(pipeline).pipeline_func)
+def pipeline_parameters(pipeline: str = "training", legacy: bool = False) -> Dict[str, Any]:
+    """A pipeline's parameters and their defaults (the default training pipeline's by default)."""
+    sig = inspect.signature(pipeline_func(pipeline, legacy).pipeline_func)
     return {name: p.default for name, p in sig.parameters.items()}
 
 
-def parse_params(pairs: Sequence[str], pipeline: str = "training") -> Dict[str, Any]:
+def _unknown_param(key: str, pipeline: str, legacy: bool, known: Mapping[str, Any]) -> str:
+    """The fix for a parameter the chosen pipeline lacks, naming the variant that has it, if any."""
+    if not legacy and key in pipeline_parameters(pipeline, legacy=True):
+        return (f"only the {pipeline} pipeline for KFP backends < 2.15 (--legacy-kfp) takes it; the "
+                f"default one uses the run workspace")
+    return f"not a parameter of the {pipeline} pipeline; known: {', '.join(sorted(known))}"
+
+
+def parse_params(pairs: Sequence[str], pipeline: str = "training", legacy: bool = False) -> Dict[str, Any]:
     """Turn ``KEY=VALUE`` strings into typed pipeline arguments (typed like the parameter's default).
+
+    Args:
+        pairs: the ``KEY=VALUE`` strings.
+        pipeline: whose parameters: ``training`` or ``retraining``.
+        legacy: check against the variant for KFP backends older than 2.15.
 
     Raises:
         BadInput: unknown parameter, missing ``=``, or a value that does not parse as the parameter's type.
     """
-    known = pipeline_parameters(pipeline)
+    known = pipeline_parameters(pipeline, legacy)
     out: Dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -93,7 +112,7 @@ def parse_params(pairs: Sequence[str], pipeline: str = "training") -> Dict[str, 
         if not sep:
             raise BadInput("--param", pair, "write KEY=VALUE, e.g. --param epochs=3")
         if key not in known:
-            raise BadInput("--param", key, f"not a pipeline parameter; known: {', '.join(sorted(known))}")
+            raise BadInput("--param", key, _unknown_param(key, pipeline, legacy, known))
         default = known[key]
         try:
             if isinstance(default, bool):
@@ -329,12 +348,9 @@ def compiled_files(legacy: bool = False) -> Dict[str, Any]:
     from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
     from components.train import train_ctr
     from ctr_volcano.legacy_kfp import without_task_config
-    from pipelines.ctr_training_pipeline import ctr_training_pipeline_legacy
 
     train = without_task_config(train_ctr) if legacy else train_ctr
-    out: Dict[str, Any] = (
-        {"pipelines/ctr_training_pipeline.yaml": ctr_training_pipeline_legacy} if legacy
-        else {f"pipelines/{PIPELINES[p][1]}.yaml": pipeline_func(p) for p in PIPELINES})
+    out: Dict[str, Any] = {f"pipelines/{PIPELINES[p][1]}.yaml": pipeline_func(p, legacy) for p in PIPELINES}
     for comp in (prepare_ctr_data, train, evaluate_ctr, check_auc_gate, publish_model,
                  resolve_data_window, find_champion, champion_challenger_gate, register_model):
         out[f"components/{comp.python_func.__name__}.yaml"] = comp
@@ -386,14 +402,14 @@ def _upload(client: Any, package: str, namespace: Optional[str], pipeline: str =
     """Upload the package as a pipeline version, idempotently; returns (pipeline id, version id, version name).
 
     The version is named after the package's content hash, so submitting unchanged code reuses the
-    version already on the server and every run in the UI links to the exact spec it ran.
+    version already on the server and every run in the UI links to the exact spec it ran. Both
+    variants (default and ``--legacy-kfp``) are versions of the one pipeline of that name.
     """
     import hashlib
 
     with open(package, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    func = pipeline_func(pipeline)
-    name, description = func.name, PIPELINES[pipeline][2]
+    name, description = pipeline_func(pipeline).name, PIPELINES[pipeline][2]
     version_name = f"{name}-{digest}"
     pipeline_id = client.get_pipeline_id(name)
     if pipeline_id is None:
@@ -428,12 +444,33 @@ def _server_reason(status: Optional[int], reason: Any, body: Any) -> str:
     return f"HTTP {status}: {text}" if status else text
 
 
+#: Appended to the server's reason when it refuses a package that needs KFP >= 2.15.
+LEGACY_KFP_HINT = ("this package needs a KFP backend >= 2.15 (TaskConfig); for older backends "
+                   "submit with --legacy-kfp")
+
+
+def _needs_task_config(package: str) -> bool:
+    """Whether a compiled pipeline package uses what KFP backends before 2.15 refuse at upload: a
+    component with a ``TASK_CONFIG`` parameter or ``taskConfigPassthroughs``."""
+    import yaml
+
+    with open(package) as f:
+        spec = next(yaml.safe_load_all(f))
+    components = (spec.get("components") or {}).values()
+    return any(c.get("taskConfigPassthroughs") or any(
+        p.get("parameterType") == "TASK_CONFIG"
+        for p in ((c.get("inputDefinitions") or {}).get("parameters") or {}).values())
+        for c in components)
+
+
 @contextlib.contextmanager
-def _kfp_call(host: str, what: str) -> Iterator[None]:
+def _kfp_call(host: str, what: str, hint: str = "") -> Iterator[None]:
     """Turn a failed ``kfp.Client`` call into one line naming the step and the server's reason.
 
-    An HTTP answer (the server refused the request) is :class:`BadInput`; no answer at all (the
-    server went away mid-submit) is :class:`TransientError`.
+    An HTTP answer (the server refused the request) is :class:`BadInput`, with ``hint`` after the
+    server's reason when the server called the request invalid (HTTP 400 or 500, its answer to an
+    ``InvalidInputError``); no answer at all (the server went away mid-submit) is
+    :class:`TransientError`.
     """
     import kfp_server_api
     import urllib3
@@ -441,8 +478,10 @@ def _kfp_call(host: str, what: str) -> Iterator[None]:
     try:
         yield
     except kfp_server_api.ApiException as exc:
-        raise BadInput(what, host, f"the KFP API server refused it: "
-                                   f"{_server_reason(exc.status, exc.reason, exc.body)}") from None
+        reason = _server_reason(exc.status, exc.reason, exc.body)
+        if hint and exc.status in (400, 500):
+            reason += f"; {hint}"
+        raise BadInput(what, host, f"the KFP API server refused it: {reason}") from None
     except urllib3.exceptions.HTTPError as exc:
         raise TransientError(f"{what}: the KFP API server at {host} stopped answering "
                              f"({' '.join(str(exc).split())}); retry when it is back") from None
@@ -488,7 +527,7 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
            cron: Optional[str] = None, max_concurrency: int = 1,
            params: Optional[Mapping[str, Any]] = None, namespace: Optional[str] = None,
            service_account: Optional[str] = None, client: Any = None,
-           pipeline: Optional[str] = None) -> Dict[str, Any]:
+           pipeline: Optional[str] = None, legacy: bool = False) -> Dict[str, Any]:
     """Upload a pipeline to a KFP API server and run it once, or schedule a recurring run.
 
     The pipeline is compiled from the installed code into a temporary file, uploaded as a version of
@@ -508,6 +547,9 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
         service_account: the run's service account (needs RBAC for Volcano Jobs); default pipeline-runner.
         client: an existing ``kfp.Client`` (tests); by default one is made for ``host``.
         pipeline: ``training`` or ``retraining``; default ``retraining`` with ``cron``, else ``training``.
+        legacy: upload the variant for KFP backends older than 2.15 (no ``TaskConfig``, no run
+            workspace; what ``compile --legacy-kfp`` writes). A server that refuses the default
+            package as invalid gets a hint saying so.
 
     Returns:
         ``{"kind": "run"|"recurring_run", "pipeline", "id", "experiment_id", "pipeline_id",
@@ -521,16 +563,15 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
     from kfp import Client, compiler
 
     pipeline = pipeline or default_submit_pipeline(cron)
-    func = pipeline_func(pipeline)
+    func = pipeline_func(pipeline, legacy)
     if cron is not None:
         _check_cron(cron)
     if max_concurrency < 1:
         raise BadInput("--max-concurrency", max_concurrency, "allow at least 1 concurrent run")
-    known = pipeline_parameters(pipeline)
+    known = pipeline_parameters(pipeline, legacy)
     for key in dict(params or {}):
         if key not in known:
-            raise BadInput("params", key, f"not a parameter of the {pipeline} pipeline; known: "
-                                          f"{', '.join(sorted(known))}")
+            raise BadInput("params", key, _unknown_param(key, pipeline, legacy, known))
     name = run_name or f"ctr-{pipeline}-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     if client is None:
         check_kfp_host(host)
@@ -539,7 +580,8 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
     with tempfile.TemporaryDirectory(prefix="ctr-submit-") as tmp:
         package = os.path.join(tmp, f"{PIPELINES[pipeline][1]}.yaml")
         compiler.Compiler().compile(func, package)
-        with _kfp_call(host, "upload"):
+        hint = LEGACY_KFP_HINT if _needs_task_config(package) else ""
+        with _kfp_call(host, "upload", hint):
             pipeline_id, version_id, version_name = _upload(client, package, namespace, pipeline)
     with _kfp_call(host, "experiment"):
         exp_id = client.create_experiment(name=experiment, namespace=namespace).experiment_id

@@ -16,6 +16,12 @@ No ``dsl.If``: the gate's verdict is an argument of the registration step (see c
 On a cluster the data, the registry and the training handoff live on one ReadWriteMany PVC mounted by
 every step that touches them; under ``kfp.local`` the mounts are ignored and paths are local.
 
+The default YAML needs a KFP backend >= 2.15: ``train_ctr`` takes a ``dsl.TaskConfig``, which 2.14
+refuses at upload. :data:`ctr_retraining_pipeline_legacy` is the same pipeline with ``train_ctr``
+stripped of that interface (:func:`ctr_volcano.legacy_kfp.without_task_config`); nothing else
+differs, since this pipeline hands data over through the named claim either way.
+``ctr-volcano compile --legacy-kfp`` writes its YAML and ``ctr-volcano submit --legacy-kfp`` uploads it.
+
 Compiled to ``ctr_retraining_pipeline.yaml`` next to this file by ``ctr-volcano compile``.
 """
 
@@ -27,8 +33,10 @@ from kfp.dsl import Markdown, Metrics, Model
 from components.data_prep import prepare_ctr_data
 from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
 from components.train import train_ctr
+from ctr_volcano.legacy_kfp import without_task_config
 
-__all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_local", "build_retraining_pipeline",
+__all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_legacy", "ctr_retraining_pipeline_local",
+           "build_retraining_pipeline",
            "RETRAINING_PIPELINE_NAME", "DEFAULT_DAILY_DATA_URI", "DEFAULT_REGISTRY"]
 
 RETRAINING_PIPELINE_NAME = "ctr-retraining-pipeline"
@@ -41,8 +49,9 @@ DEFAULT_DAILY_DATA_URI = PVC_MOUNT_PATH + "/clicks/day={date}"
 DEFAULT_REGISTRY = PVC_MOUNT_PATH + "/registry"
 
 
-def build_retraining_pipeline(run_time_placeholders: bool = True):
-    """The pipeline; ``run_time_placeholders=False`` is the variant ``kfp.local`` can run.
+def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool = False):
+    """The pipeline; ``run_time_placeholders=False`` is the variant ``kfp.local`` can run, ``legacy=True``
+    the one for KFP backends older than 2.15 (``train_ctr`` without its ``TaskConfig`` interface).
 
     kfp 2.17.3's local runner cannot resolve ``PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER`` or
     ``PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER`` (``IndexError`` in
@@ -51,6 +60,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True):
     """
     schedule_time = dsl.PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER if run_time_placeholders else ""
     create_time = dsl.PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER if run_time_placeholders else ""
+    train_component = without_task_config(train_ctr) if legacy else train_ctr
 
     @dsl.pipeline(name=RETRAINING_PIPELINE_NAME,
                   display_name="CTR recurring retraining: warm start from the champion, champion/challenger gate")
@@ -134,7 +144,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True):
         prep.set_display_name("prepare data")
         champion = find_champion(registry=registry, model_name=model_name)
         champion.set_display_name("find champion")
-        train = train_ctr(
+        train = train_component(
             train_data=prep.outputs["train_data"], init_model=champion.outputs["champion"], backend=backend,
             pservers=pservers, trainers=trainers, epochs=epochs, batch_size=batch_size,
             learning_rate=learning_rate, max_retry=max_retry, namespace=namespace, image=image, queue=queue,
@@ -162,5 +172,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True):
 
 
 ctr_retraining_pipeline = build_retraining_pipeline()
+#: For KFP backends older than 2.15 (``compile --legacy-kfp``, ``submit --legacy-kfp``).
+ctr_retraining_pipeline_legacy = build_retraining_pipeline(legacy=True)
 #: What ``ctr-volcano run --days`` runs through kfp.local (see :func:`build_retraining_pipeline`).
 ctr_retraining_pipeline_local = build_retraining_pipeline(run_time_placeholders=False)

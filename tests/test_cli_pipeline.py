@@ -34,11 +34,36 @@ def closed_port_host():
     (["-p", "epoch=3"], "--param"),                      # typo in the name
     (["-p", "epochs=three"], "--param"),
     (["-p", "epochs"], "--param"),
+    (["-p", "registry=/x"], "not a parameter of the training pipeline"),  # a retraining parameter
+    (["--legacy-kfp", "-p", "pvc_nam=x"], "--param"),
+    (["-p", "pvc_name=x"], "only the training pipeline for KFP backends < 2.15 (--legacy-kfp)"),  # the default one has no claim
 ])
 def test_submit_bad_flags_fail_before_any_request(closed_port_host, capsys, argv, field):
     assert cli.main(["submit", "--host", closed_port_host] + argv) == 2
     err = capsys.readouterr().err
     assert field in err and "no KFP API answers there" not in err
+
+
+def test_parse_params_follow_the_chosen_variant():
+    assert parse_params(["pvc_name=claim"], legacy=True) == {"pvc_name": "claim"}
+    assert parse_params(["registry=/r"], "retraining", legacy=True) == {"registry": "/r"}
+    assert set(pipeline_parameters(legacy=True)) == set(pipeline_parameters()) | {"pvc_name"}
+    assert pipeline_parameters("retraining", legacy=True) == pipeline_parameters("retraining")
+
+
+@pytest.mark.parametrize("status,hinted", [(500, True), (400, True), (403, False), (404, False)])
+def test_upload_refusal_gets_the_legacy_hint_only_when_the_package_was_called_invalid(status, hinted):
+    """A 2.14 server answers a TaskConfig package with 500 (InvalidInputError); a refusal for another
+    reason (no access, wrong namespace) must not send the user to --legacy-kfp."""
+    import kfp_server_api
+
+    from ctr_volcano.pipeline_run import LEGACY_KFP_HINT, _kfp_call
+
+    with pytest.raises(BadInput) as info:
+        with _kfp_call("http://kfp:8080", "upload", LEGACY_KFP_HINT):
+            raise kfp_server_api.ApiException(status=status, reason="refused")
+    assert str(info.value).startswith(f"upload='http://kfp:8080': the KFP API server refused it: HTTP {status}: ")
+    assert str(info.value).endswith("submit with --legacy-kfp") is hinted
 
 
 def test_parse_params_types_follow_defaults():
@@ -80,7 +105,7 @@ def test_run_refuses_missing_data_and_unknown_params(tmp_path, capsys):
     assert cli.main(["run", "--data", str(tmp_path / "nope"), "--workdir", str(tmp_path / "w")]) == 2
     assert "data=" in capsys.readouterr().err
     assert cli.main(["run", "--workdir", str(tmp_path / "w"), "-p", "epochz=1"]) == 2
-    assert "not a pipeline parameter" in capsys.readouterr().err
+    assert "not a parameter of the training pipeline" in capsys.readouterr().err
     assert not (tmp_path / "w" / "summary.json").exists()
 
 

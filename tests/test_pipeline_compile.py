@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from ctr_volcano.pipeline_run import compiled_files
+from ctr_volcano.pipeline_run import _needs_task_config, compiled_files
 
 REPO = Path(__file__).resolve().parents[1]
 REGENERATE = "ctr-volcano compile   (then review and commit pipelines/*.yaml and components/*.yaml)"
@@ -134,6 +134,17 @@ def test_legacy_kfp_yaml_has_no_task_config_and_no_workspace(tmp_path):
     # the default YAML differs: same code, KFP-way interface
     default = (REPO / "pipelines" / "ctr_training_pipeline.yaml").read_text()
     assert "TASK_CONFIG" in default and "taskConfigPassthroughs" in default
+    # the retraining pipeline too (what `submit --legacy-kfp --schedule` uploads): only train_ctr changes
+    retrain, retrain_platform = _docs(tmp_path / "ctr_retraining_pipeline.yaml")
+    json_format.ParseDict(retrain, pipeline_spec_pb2.PipelineSpec())
+    assert "TASK_CONFIG" not in json.dumps(retrain) and "taskConfigPassthroughs" not in json.dumps(retrain)
+    committed, committed_platform = _docs(REPO / "pipelines" / "ctr_retraining_pipeline.yaml")
+    assert retrain["root"] == committed["root"] and retrain_platform == committed_platform
+    assert set(retrain["components"]) == set(committed["components"])
+    # what `submit` checks to add its --legacy-kfp hint to a refused upload
+    for name in ("ctr_training_pipeline.yaml", "ctr_retraining_pipeline.yaml"):
+        assert _needs_task_config(str(REPO / "pipelines" / name))
+        assert not _needs_task_config(str(tmp_path / name))
 
 
 def test_legacy_kfp_needs_an_out_dir():

@@ -47,7 +47,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "submit", help="run the pipeline on a KFP cluster, once or on a cron schedule",
         description="Compile the pipeline and submit it through kfp.Client: one run now, or with "
-                    "--cron a recurring run (e.g. nightly retraining).")
+                    "--cron a recurring run (e.g. nightly retraining). The default package needs a "
+                    "KFP backend >= 2.15; --legacy-kfp submits the variant for older backends.")
     p.add_argument("--host", required=True, metavar="URL",
                    help="KFP API endpoint, e.g. http://localhost:8080 after "
                         "`kubectl -n kubeflow port-forward svc/ml-pipeline-ui 8080:80`")
@@ -63,6 +64,10 @@ def register(subparsers) -> None:
     p.add_argument("--namespace", default=None, help="multi-user KFP: your profile namespace")
     p.add_argument("--service-account", default=None,
                    help="service account of the run's pods (default pipeline-runner)")
+    p.add_argument("--legacy-kfp", action="store_true",
+                   help="for KFP backends older than 2.15 (2.14 refuses the default package at upload): "
+                        "submit what `compile --legacy-kfp` writes, no TaskConfig, no run workspace; the "
+                        "training pipeline then takes -p pvc_name=CLAIM (default ctr-data)")
     _add_param_flag(p)
     p.set_defaults(func=_submit)
 
@@ -131,7 +136,8 @@ def _submit(args: argparse.Namespace) -> int:
 
     pipeline = args.pipeline or default_submit_pipeline(args.cron)
     res = submit(args.host, experiment=args.experiment, run_name=args.run_name, cron=args.cron,
-                 max_concurrency=args.max_concurrency, params=parse_params(args.param, pipeline),
-                 namespace=args.namespace, service_account=args.service_account, pipeline=pipeline)
+                 max_concurrency=args.max_concurrency,
+                 params=parse_params(args.param, pipeline, args.legacy_kfp), namespace=args.namespace,
+                 service_account=args.service_account, pipeline=pipeline, legacy=args.legacy_kfp)
     print(json.dumps(res, indent=2))
     return 0

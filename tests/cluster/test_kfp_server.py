@@ -4,10 +4,17 @@ The server (KFP 2.14.3, built from its Go module; see ``kfp_fixtures.py``) store
 MariaDB and SeaweedFS and turns runs into Argo ``Workflow`` objects and recurring runs into
 ``ScheduledWorkflow`` objects in the mini cluster's ``kubeflow`` namespace. Nothing executes them:
 the tests read what the server wrote.
+
+2.14.3 refuses the default packages (``TaskConfig`` needs a backend >= 2.15), so every submit here
+uses ``--legacy-kfp`` and the UI test uploads what ``compile --legacy-kfp`` writes; one test checks
+the refusal of the default package and its hint.
 """
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +28,19 @@ from ctr_volcano import cli
 from ctr_volcano.pipeline_run import pipeline_parameters
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED_PIPELINE = REPO / "pipelines" / "ctr_training_pipeline.yaml"
+#: What every submit here adds: the package variant a 2.14 backend accepts.
+LEGACY = "--legacy-kfp"
+
+
+@pytest.fixture(scope="module")
+def legacy_yaml(tmp_path_factory) -> Path:
+    """The directory ``ctr-volcano compile --legacy-kfp --out-dir`` writes (what a 2.14 user uploads)."""
+    out = tmp_path_factory.mktemp("legacy-yaml")
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "compile", "--legacy-kfp", "--out-dir",
+                           str(out)], env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +58,7 @@ def kfp_client(kfp_server):
 
 
 def _submit(capsys, *argv: str) -> Dict[str, Any]:
-    rc = cli.main(["submit", *argv])
+    rc = cli.main(["submit", LEGACY, *argv])
     out, err = capsys.readouterr()
     assert rc == 0, err
     return json.loads(out[out.index("{\n"):])
@@ -82,17 +101,18 @@ def _versions(kfp_client, pipeline_id: str) -> List[Any]:
 
 
 # ----------------------------------------------------------------------------------------- submit
-def test_submit_uploads_reuses_and_versions_the_pipeline(kfp_server, kfp_client, capsys, monkeypatch):
+def test_submit_uploads_reuses_and_versions_the_pipeline(kfp_server, kfp_client, legacy_yaml, capsys,
+                                                        monkeypatch):
     host = kfp_server.host
     first = _submit(capsys, "--host", host, "--experiment", "kfp-versions")
     pipeline = kfp_client.get_pipeline(first["pipeline_id"])
     assert pipeline.display_name == "ctr-training-pipeline"
     version = kfp_client.get_pipeline_version(first["pipeline_id"], first["version_id"])
     assert version.display_name == first["version_name"]
-    # the server stored exactly the committed pipeline (what `ctr-volcano compile` writes)
-    committed = list(yaml.safe_load_all(COMMITTED_PIPELINE.read_text()))
-    assert version.pipeline_spec["pipeline_spec"] == committed[0]
-    assert version.pipeline_spec["platform_spec"] == committed[1]
+    # the server stored exactly what `ctr-volcano compile --legacy-kfp` writes
+    compiled = list(yaml.safe_load_all((legacy_yaml / "ctr_training_pipeline.yaml").read_text()))
+    assert version.pipeline_spec["pipeline_spec"] == compiled[0]
+    assert version.pipeline_spec["platform_spec"] == compiled[1]
     n_versions = len(_versions(kfp_client, first["pipeline_id"]))
 
     second = _submit(capsys, "--host", host, "--experiment", "kfp-versions")
@@ -128,7 +148,7 @@ def test_run_workflow_carries_given_parameters_and_defaults(kfp_server, kfp_clie
     assert run.runtime_config.parameters == {"epochs": 3, "min_auc": 0.75, "queue": "nightly",
                                              "backend": "volcano"}
     wf = _workflow_of(k8s, res["id"])
-    expected = {**pipeline_parameters(), "epochs": 3, "min_auc": 0.75, "queue": "nightly"}
+    expected = {**pipeline_parameters(legacy=True), "epochs": 3, "min_auc": 0.75, "queue": "nightly"}
     assert _runtime_parameters(wf) == expected
     assert wf["spec"]["serviceAccountName"] == "pipeline-runner"
 
@@ -141,7 +161,7 @@ def test_submit_service_account_lands_in_the_workflow(kfp_server, k8s, capsys):
 # --------------------------------------------------------------------------------- recurring runs
 def test_recurring_run_becomes_a_scheduled_workflow(kfp_server, kfp_client, k8s, capsys):
     res = _submit(capsys, "--host", kfp_server.host, "--experiment", "nightly", "--run-name", "nightly-rr",
-                  "--cron", "0 0 2 * * *", "-p", "epochs=4")
+                  "--schedule", "0 0 2 * * *", "-p", "epochs=4")
     assert res["kind"] == "recurring_run"
     rec = kfp_client.get_recurring_run(res["id"])
     assert rec.trigger.cron_schedule.cron == "0 0 2 * * *"
@@ -170,16 +190,48 @@ def test_recurring_run_becomes_a_scheduled_workflow(kfp_server, kfp_client, k8s,
     assert not [i for i in items if i["metadata"]["name"].startswith("nightly-rr")]
 
 
+def _dag_task_names(workflow: Dict[str, Any]) -> List[str]:
+    return [t["name"] for tpl in workflow["spec"]["templates"] for t in (tpl.get("dag") or {}).get("tasks", [])]
+
+
+def test_submit_schedule_runs_the_retraining_pipeline(kfp_server, kfp_client, k8s, legacy_yaml, capsys):
+    """A schedule runs the retraining pipeline: the ScheduledWorkflow references its version and
+    carries its Workflow (the retraining steps) and the given parameters."""
+    res = _submit(capsys, "--host", kfp_server.host, "--experiment", "nightly-retraining", "--run-name",
+                  "retrain-rr", "--schedule", "0 0 2 * * *", "-p", "lag_days=1", "-p", "registry=/mnt/ctr/registry")
+    assert res["kind"] == "recurring_run" and res["pipeline"] == "retraining"
+    assert kfp_client.get_pipeline(res["pipeline_id"]).display_name == "ctr-retraining-pipeline"
+    stored = kfp_client.get_pipeline_version(res["pipeline_id"], res["version_id"]).pipeline_spec
+    compiled = list(yaml.safe_load_all((legacy_yaml / "ctr_retraining_pipeline.yaml").read_text()))
+    assert stored["pipeline_spec"] == compiled[0] and stored["platform_spec"] == compiled[1]
+
+    items = k8s.list_namespaced_custom_object("kubeflow.org", "v1beta1", "kubeflow", "scheduledworkflows")["items"]
+    (swf,) = [i for i in items if i["metadata"]["name"].startswith("retrain-rr")]
+    spec = swf["spec"]
+    # 2.14.3 records the version's name as pipelineName
+    assert (spec["pipelineId"], spec["pipelineVersionId"], spec["pipelineName"]) == (
+        res["pipeline_id"], res["version_id"], res["version_name"])
+    assert {p["name"]: json.loads(p["value"]) for p in spec["workflow"]["parameters"]} == {
+        "lag_days": 1, "registry": "/mnt/ctr/registry"}
+    workflow = json.loads(spec["workflow"]["spec"])
+    assert workflow["metadata"]["generateName"] == "ctr-retraining-pipeline-"
+    steps = {"resolve-data-window", "prepare-ctr-data", "find-champion", "train-ctr", "champion-challenger-gate",
+             "register-model"}
+    assert steps <= set(_dag_task_names(workflow)), _dag_task_names(workflow)
+    kfp_client.delete_recurring_run(res["id"])
+
+
 # ------------------------------------------------------------------------------------ the KFP UI
-def test_ui_upload_then_run_with_no_parameters(kfp_server, kfp_client, k8s):
-    """What the UI does: Pipelines > Upload pipeline (multipart, field ``uploadfile``), then
-    Create run on the newest version without touching a parameter."""
+def test_ui_upload_then_run_with_no_parameters(kfp_server, kfp_client, k8s, legacy_yaml):
+    """What the UI does: Pipelines > Upload pipeline (multipart, field ``uploadfile``) of the
+    ``compile --legacy-kfp`` YAML, then Create run on the newest version without touching a parameter."""
     api = kfp_server.host + "/apis/v2beta1"
     name = f"ctr-ui-{uuid.uuid4().hex[:8]}"
-    with open(COMMITTED_PIPELINE, "rb") as f:
+    package = legacy_yaml / "ctr_training_pipeline.yaml"
+    with open(package, "rb") as f:
         resp = requests.post(f"{api}/pipelines/upload", params={"name": name, "display_name": name,
                                                                "description": "uploaded as the UI does"},
-                             files={"uploadfile": (COMMITTED_PIPELINE.name, f, "application/x-yaml")},
+                             files={"uploadfile": (package.name, f, "application/x-yaml")},
                              timeout=30)
     assert resp.status_code == 200, resp.text
     pipeline_id = resp.json()["pipeline_id"]
@@ -188,7 +240,7 @@ def test_ui_upload_then_run_with_no_parameters(kfp_server, kfp_client, k8s):
     (version,) = resp.json()["pipeline_versions"]
     # The UI lists the root parameters with their defaults and descriptions from the stored spec.
     root = version["pipeline_spec"]["pipeline_spec"]["root"]["inputDefinitions"]["parameters"]
-    assert set(root) == set(pipeline_parameters())
+    assert set(root) == set(pipeline_parameters(legacy=True))
     assert all("defaultValue" in p and p.get("description") for p in root.values())
 
     run = {"display_name": f"{name}-run",
@@ -199,7 +251,7 @@ def test_ui_upload_then_run_with_no_parameters(kfp_server, kfp_client, k8s):
     assert resp.status_code == 200, resp.text
     run_id = resp.json()["run_id"]
     # every parameter got its (cluster-oriented) default
-    assert _runtime_parameters(_workflow_of(k8s, run_id)) == pipeline_parameters()
+    assert _runtime_parameters(_workflow_of(k8s, run_id)) == pipeline_parameters(legacy=True)
     assert kfp_client.get_run(run_id).state in ("PENDING", "RUNNING")
 
 
@@ -221,27 +273,40 @@ def test_submit_to_a_server_that_is_not_kfp_fails_in_one_line(s3_server, capsys)
     assert "HTTP 4" in line
 
 
-def test_upload_rejected_by_the_server_names_its_reason(kfp_server, capsys, monkeypatch):
-    """KFP 2.14.3 does not know TaskConfig parameters (kfp 2.15+): the server refuses the package."""
-    from kfp import compiler, dsl
+@pytest.mark.parametrize("argv,name", [((), "ctr-training-pipeline"),
+                                       (("--cron", "0 0 2 * * *"), "ctr-retraining-pipeline")],
+                         ids=["training", "retraining"])
+def test_default_package_is_refused_with_the_legacy_hint(kfp_server, kfp_client, capsys, argv, name):
+    """KFP 2.14.3 does not know TaskConfig parameters (kfp 2.15+): it refuses the default packages
+    at upload. The one line quotes the server and says what to do: --legacy-kfp."""
+    def versions() -> List[str]:
+        pipeline_id = kfp_client.get_pipeline_id(name)
+        return [v.pipeline_version_id for v in _versions(kfp_client, pipeline_id)] if pipeline_id else []
 
-    def launcher(task_config) -> str:
-        return str(task_config)
-
-    # real annotation objects: this module's `from __future__ import annotations` makes them strings
-    launcher.__annotations__ = {"task_config": dsl.TaskConfig, "return": str}
-    launcher = dsl.component(launcher, base_image="python:3.11",
-                             task_config_passthroughs=[dsl.TaskConfigField.RESOURCES])
-
-    @dsl.pipeline(name="ctr-training-pipeline")
-    def needs_2_15():
-        launcher()
-
-    orig = compiler.Compiler.compile
-    monkeypatch.setattr(compiler.Compiler, "compile",
-                        lambda self, func, path, **kw: orig(self, needs_2_15, path, **kw))
-    line = _fails(capsys, "--host", kfp_server.host)
-    assert line.startswith("ctr-volcano submit: error: upload=")
-    # 2.14.3's own words (it answers 500 for this InvalidInputError)
+    before = versions()
+    line = _fails(capsys, "--host", kfp_server.host, "--experiment", "refused", *argv)
+    assert line.startswith(f"ctr-volcano submit: error: upload='{kfp_server.host}': ")
+    # 2.14.3's own words (it answers 500 for this InvalidInputError), then the hint
     assert "the KFP API server refused it: HTTP 500:" in line
     assert "InvalidInputError: unknown template format: pipeline spec is invalid" in line
+    assert line.endswith("; this package needs a KFP backend >= 2.15 (TaskConfig); for older backends "
+                         "submit with --legacy-kfp")
+    assert versions() == before  # nothing stored
+
+
+# -------------------------------------------------------------------------- the retraining pipeline
+def test_submit_params_are_checked_against_the_chosen_pipeline(kfp_server, kfp_client, k8s, capsys):
+    host = kfp_server.host
+    # registry is a retraining parameter, not a training one; a one-off run defaults to training
+    line = _fails(capsys, LEGACY, "--host", host, "-p", "registry=/x")
+    assert "--param='registry': not a parameter of the training pipeline" in line
+    res = _submit(capsys, "--host", host, "--experiment", "one-off-retraining", "--pipeline", "retraining",
+                  "-p", "registry=/x")
+    assert res["kind"] == "run" and res["pipeline"] == "retraining"
+    assert kfp_client.get_pipeline(res["pipeline_id"]).display_name == "ctr-retraining-pipeline"
+    assert kfp_client.get_run(res["id"]).pipeline_version_reference.pipeline_version_id == res["version_id"]
+    expected = {**pipeline_parameters("retraining", legacy=True), "registry": "/x"}
+    assert _runtime_parameters(_workflow_of(k8s, res["id"])) == expected
+    # one run, no schedule
+    recurring = kfp_client.list_recurring_runs(experiment_id=res["experiment_id"]).recurring_runs
+    assert not recurring

@@ -1,7 +1,9 @@
 """A gang launched from a KFP TaskConfig lands where the task said: real vc-scheduler decisions.
 
 The TaskConfig is what KFP's executor hands ``train_ctr`` (a ``dsl.TaskConfig`` with a toleration, a
-node selector and the run workspace as a volume); the product maps it (``StepParams`` ->
+node selector and the run workspace as a volume, a ReadWriteMany claim that kube-controller-manager's
+persistent-volume binder binds, so the scheduler's VolumeBinding plugin sees a real bound claim); the
+product maps it (``StepParams`` ->
 ``build_spec``), checks the workspace claim's access mode through the API as the launcher's own
 ServiceAccount (shipped Role), and the launcher submits the gang. Nodes: two labelled and tainted
 (the only ones the gang may use), two bigger ones with neither. A second gang with the same settings
@@ -9,7 +11,10 @@ but no toleration must stay unbound: the taint is real, and the toleration is wh
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,36 +35,34 @@ LABEL = "ctr-test/accelerator"
 TAINT = "ctr-test/dedicated"
 
 
-def _workspace_claim(api, ns: str, name: str) -> None:
-    """An RWX claim bound to a hostPath volume. The mini cluster runs no PV binder, so the test sets
-    the Bound status and annotation the binder would (as kwok plays the kubelet)."""
+def _workspace_claim(sandbox, name: str) -> None:
+    """An RWX claim like the run workspace KFP creates, bound by kube-controller-manager's
+    persistent-volume binder to a hostPath volume reserved for it; returns once it is Bound."""
     from kubernetes import client
 
-    core = client.CoreV1Api(api)
-    modes = ["ReadWriteMany"]
-    core.create_persistent_volume({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{ns}"},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": modes, "storageClassName": "",
-                 "hostPath": {"path": f"/tmp/{ns}"}, "claimRef": {"namespace": ns, "name": name}}})
-    core.create_namespaced_persistent_volume_claim(ns, {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        # what the binder marks; the scheduler's VolumeBinding plugin counts a claim bound only with it
-        "metadata": {"name": name, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-        "spec": {"accessModes": modes, "storageClassName": "", "volumeName": f"pv-{ns}",
-                 "resources": {"requests": {"storage": "1Gi"}}}})
-    core.patch_persistent_volume_status(f"pv-{ns}", {"status": {"phase": "Bound"}})
-    core.patch_namespaced_persistent_volume_claim_status(name, ns, {"status": {
-        "phase": "Bound", "accessModes": modes, "capacity": {"storage": "1Gi"}}})
+    from ctr_volcano.volcano.handoff import build_pvc
+
+    ns = sandbox.namespace
+    core = client.CoreV1Api(sandbox.api())
+    pv_name = f"pv-{ns}-{name}"
+    host_dir = Path(tempfile.mkdtemp(prefix=f"ctr-claim-{ns}-"))  # kwok runs no pod: nothing writes here
+    sandbox.cleanup.append(lambda: shutil.rmtree(host_dir, ignore_errors=True))
+    sandbox.cluster.create_host_volume(pv_name, host_dir, ns, name)
+    sandbox.cleanup.append(lambda: _drop_claim(core, ns, name, pv_name))
+    core.create_namespaced_persistent_volume_claim(ns, build_pvc(name, ns, size="1Gi"))
+    wait_for(f"claim {name} Bound by the persistent-volume binder",
+             lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
+             timeout=60, cluster=sandbox.cluster)
 
 
-def _drop_claim(api, ns: str, name: str) -> None:
-    """Delete the claim and its volume; clear the protection finalizers no controller here removes."""
+def _drop_claim(core, ns: str, name: str, pv_name: str) -> None:
+    """Delete the claim and its volume; clear the protection finalizers (the mini cluster's
+    kube-controller-manager runs no pvc-protection or pv-protection controller)."""
     from kubernetes import client
 
-    core = client.CoreV1Api(api)
     for delete, patch, args in ((core.delete_namespaced_persistent_volume_claim,
                                  core.patch_namespaced_persistent_volume_claim, (name, ns)),
-                                (core.delete_persistent_volume, core.patch_persistent_volume, (f"pv-{ns}",))):
+                                (core.delete_persistent_volume, core.patch_persistent_volume, (pv_name,))):
         for call in (lambda: delete(*args), lambda: patch(*args, {"metadata": {"finalizers": None}})):
             try:
                 call()
@@ -95,7 +98,7 @@ def test_gang_from_a_task_config_lands_only_on_the_tainted_labelled_nodes(cluste
         core.patch_node(node, {"metadata": {"labels": {LABEL: pool}},
                                "spec": {"taints": [{"key": TAINT, "value": pool, "effect": "NoSchedule"}]}})
     claim = "run-1-kfp-workspace"
-    _workspace_claim(api, ns, claim)
+    _workspace_claim(sandbox, claim)
     toleration = {"key": TAINT, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
     volumes = [{"name": "kfp-workspace", "persistentVolumeClaim": {"claimName": claim}}]
     mounts = [{"name": "kfp-workspace", "mountPath": "/kfp-workspace"}]
@@ -145,7 +148,6 @@ def test_gang_from_a_task_config_lands_only_on_the_tainted_labelled_nodes(cluste
         run.launcher.cancel()
         blocked.launcher.cancel()
         blocked.join(60)
-        _drop_claim(api, ns, claim)
     assert run.error is None, run.log
     assert run.result.metrics["auc"] == 0.75
     print(f"\nplaced on {sorted(set(placed.values()))}; decoys {decoys} unused")
