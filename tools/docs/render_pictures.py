@@ -29,6 +29,7 @@ import zlib
 from pathlib import Path
 from typing import Dict, Optional
 
+import pipeline_graph  # beside this script: sys.path[0] when run, put there by the tests when imported
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,9 +48,6 @@ log = logging.getLogger("render_pictures")
 
 def graph_svg(pipeline_yaml: Path = PIPELINE_YAML) -> str:
     """The SVG of the compiled pipeline's DAG (what the PNG is rendered from)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import pipeline_graph
-
     return pipeline_graph.svg(next(yaml.safe_load_all(pipeline_yaml.read_text())))
 
 
