@@ -24,6 +24,7 @@ TEST_REQUIRES = [
     "ipykernel==7.4.0",
     "ruff==0.17.6",
     "mypy==2.4.1",
+    "Pillow==13.0.0",  # reads the README's PNGs (tests/test_doc_pictures.py) and crops them (tools/docs/)
 ]
 
 # The peers and plotting of bench/ (prep.py, scale.py); the test extra includes them because the

@@ -38,7 +38,7 @@ __all__ = ["ctr_training_pipeline", "ctr_training_pipeline_legacy", "PIPELINE_NA
            "DEFAULT_PVC_NAME", "WORKSPACE", "MIN_KFP_BACKEND"]
 
 PIPELINE_NAME = "ctr-training-pipeline"
-#: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see README.md, "The KFP UI").
+#: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see docs/cluster.md, "From the KFP UI, with one click").
 DEFAULT_DATA_URI = "minio://mlpipeline/ctr-volcano/data/sample"
 #: Legacy YAML only: the ReadWriteMany PVC shared by the training step and its gang (deploy/pvc-example.yaml).
 DEFAULT_PVC_NAME = "ctr-data"
