@@ -6,8 +6,10 @@ its engine is meant to be used, in one streaming pass over the input:
 * label -> int8; ``I1..I13`` -> ``float32(log1p(max(x, 0)))``, empty -> 0;
 * ``C1..C26`` -> the stable hash of :mod:`ctr_model.features` (version 1): ``j - 1`` for an empty
   value, else ``26 + mix64(key(v) ^ salt(j)) % (B - 26)``;
-* line ``r`` (0-based over all input lines) goes to test iff
-  ``mix64(r ^ mix64(seed + 0x53504C4954)) < test_fraction * 2**64``, as in prep;
+* the split stratified by label, as in prep (:class:`ctr_volcano.prep.StratifiedSplit`): the
+  ``k``-th line with label ``y`` (0-based, in input order) goes to test iff
+  ``floor((k + 1) f + o_y) > floor(k f + o_y)``, ``o_y = (mix64(2 seed + y + 0x53504C4954) >> 11) /
+  2**53``, in float64;
 * Parquet (snappy) under ``out/train`` and ``out/test``.
 
 What the peers leave out, on purpose (an afternoon's code does): bad-line reporting (a malformed
@@ -24,7 +26,18 @@ shard count. How far each engine gets with the hash:
   ``list_reduce`` (``CASE`` evaluates it only for those rows). It has no ``log1p``;
   ``ln(1 + x)`` is exact in its argument for integers below 2**53 and agreed bit for bit after the
   float32 rounding on every row checked (the agreement check is what says so). Its CSV reader has
-  no line number, so the split uses ``row_number() OVER ()``, which duckdb streams in input order.
+  no line number, so the line comes from ``row_number() OVER ()``, which duckdb streams in input
+  order.
+
+The split's ``k`` (the line's rank among the lines with its label) is where the engines differ:
+
+* polars derives it from one running sum, which its streaming engine evaluates in order: with
+  ``c`` the clicks up to and including line ``r``, a click's ``k`` is ``c - 1`` and a non-click's is
+  ``r - c`` (``pl.col(label).cum_sum()``; a window ``int_range(len()).over(label)`` would say the
+  same but is not streamed).
+* duckdb says it as SQL does: ``row_number() OVER (PARTITION BY label ORDER BY line) - 1``. The
+  partitioned window materialises the rows (duckdb sorts them per label, spilling to disk when
+  memory runs short), where the old per-line coin needed no state.
 
 :func:`compare_outputs` is the row-for-row check: per split, the rows whose XOR of the 26 ids is
 ``0 mod sample_mod`` (all rows for ``sample_mod=1``) are sorted on all 40 columns and compared value
@@ -58,12 +71,9 @@ def _mix64_py(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _split_salt(seed: int) -> int:
-    return _mix64_py(int(seed) + _SPLIT_SALT_BASE)
-
-
-def _split_threshold(test_fraction: float) -> int:
-    return min(int(float(test_fraction) * 2.0 ** 64), 2 ** 64 - 1)
+def _split_offset(seed: int, label: int) -> float:
+    """``o_y`` of the stratified split: a float64 in [0, 1) from the seed and the label."""
+    return (_mix64_py(2 * int(seed) + label + _SPLIT_SALT_BASE) >> 11) / float(1 << 53)
 
 
 def _fresh_dirs(out_dir: str) -> Dict[str, str]:
@@ -108,8 +118,12 @@ def polars_prep(inputs: Sequence[str], out_dir: str, hash_buckets: int, seed: in
         ids = mix64(key ^ pl.lit(column_salt(j), u64)) % (hash_buckets - NUM_SPARSE) + NUM_SPARSE
         columns.append(pl.when(pl.col(c).is_null()).then(pl.lit(j - 1, pl.Int64))
                        .otherwise(ids.cast(pl.Int64)).alias(c))
-    is_test = mix64(pl.col("_line").cast(u64) ^ pl.lit(_split_salt(seed), u64)) \
-        < pl.lit(_split_threshold(test_fraction), u64)
+    clicks = pl.col(LABEL).cum_sum()  # clicks up to and including this line
+    click = pl.col(LABEL) == 1
+    k = pl.when(click).then(clicks - 1).otherwise(pl.col("_line") - clicks).cast(pl.Float64)
+    o = pl.when(click).then(pl.lit(_split_offset(seed, 1))).otherwise(pl.lit(_split_offset(seed, 0)))
+    f = float(test_fraction)
+    is_test = ((k + 1) * f + o).floor() > (k * f + o).floor()
     out = lf.select(*columns, is_test.alias("_test"))
     dirs = _fresh_dirs(out_dir)
     sinks = [out.filter(pl.col("_test") == (split == "test")).drop("_test")
@@ -150,19 +164,22 @@ def _duckdb_query(inputs: Sequence[str], hash_buckets: int, seed: int,
     keep = ", ".join((LABEL,) + DENSE_COLUMNS)
 
     def stage(expr: str, line: str) -> str:
-        return ", ".join([keep] + [expr.format(c=c) + f" AS {c}" for c in SPARSE_COLUMNS + ("_z",)]
+        return ", ".join([keep] + [expr.format(c=c) + f" AS {c}" for c in SPARSE_COLUMNS]
                          + [line])
 
     salts = ", ".join(
         [keep] + [f"xor(ckey(encode({c})), {column_salt(j)}::UBIGINT) AS {c}"
                   for j, c in enumerate(SPARSE_COLUMNS, start=1)]
-        + [f"xor(_line, {_split_salt(seed)}::UBIGINT) AS _z", "_line"])
+        + ["_line"])
     dense = [f"ln(1 + greatest(coalesce({c}, 0), 0)::DOUBLE)::FLOAT AS {c}" for c in DENSE_COLUMNS]
     ids = [f"coalesce(({NUM_SPARSE} + xor({c}, {c} >> 31) % {hash_buckets - NUM_SPARSE}::UBIGINT)"
            f"::BIGINT, {j - 1}) AS {c}" for j, c in enumerate(SPARSE_COLUMNS, start=1)]
     mix1 = stage("mulwrap(xor({c}, {c} >> 30), " + str(_MIX1) + "::UBIGINT)", "_line")
     mix2 = stage("mulwrap(xor({c}, {c} >> 27), " + str(_MIX2) + "::UBIGINT)", "_line")
-    split = (f"CASE WHEN xor(_z, _z >> 31) < {_split_threshold(test_fraction)}::UBIGINT "
+    f = f"'{float(test_fraction)!r}'::DOUBLE"  # through a string: a bare literal is a DECIMAL
+    o = (f"CASE WHEN {LABEL} = 1 THEN '{_split_offset(seed, 1)!r}'::DOUBLE "
+         f"ELSE '{_split_offset(seed, 0)!r}'::DOUBLE END")
+    split = (f"CASE WHEN floor((_k + 1) * {f} + {o}) > floor(_k * {f} + {o}) "
              f"THEN 'test' ELSE 'train' END AS split")
     return (
         f"WITH raw AS (SELECT *, (row_number() OVER () - 1)::UBIGINT AS _line FROM read_csv("
@@ -170,8 +187,10 @@ def _duckdb_query(inputs: Sequence[str], hash_buckets: int, seed: int,
         f"auto_detect = false, columns = {{{cols}}})), "
         f"k AS (SELECT {salts} FROM raw), "
         f"a AS (SELECT {mix1} FROM k), "
-        f"b AS (SELECT {mix2} FROM a) "
-        f"SELECT {LABEL}::TINYINT AS {LABEL}, {', '.join(dense + ids)}, {split} FROM b")
+        f"b AS (SELECT {mix2} FROM a), "
+        f"s AS (SELECT *, (row_number() OVER (PARTITION BY {LABEL} ORDER BY _line) - 1)::DOUBLE "
+        f"AS _k FROM b) "
+        f"SELECT {LABEL}::TINYINT AS {LABEL}, {', '.join(dense + ids)}, {split} FROM s")
 
 
 def duckdb_prep(inputs: Sequence[str], out_dir: str, hash_buckets: int, seed: int = 42,

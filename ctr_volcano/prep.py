@@ -10,9 +10,10 @@ line and bisects the rest with the same parser, so every bad line is rejected wi
 line number and reason and every good line is kept. ``rows_in == rows_train + rows_test +
 rows_rejected`` holds for every input.
 
-Split: line ``r`` (0-based over all input lines, in input order) goes to test iff
-``mix64(r ^ mix64(seed + 0x53504C4954)) < test_fraction * 2**64`` (``mix64`` as in
-:mod:`ctr_model.features`), so the split depends only on the seed and the line's position.
+Split: stratified by label (:class:`StratifiedSplit`): the ``k``-th kept line with label ``y``
+(0-based, in input order) goes to test iff ``floor((k + 1) f + o_y) > floor(k f + o_y)``, with ``f``
+the test fraction and ``o_y`` in [0, 1) from the seed, so the split depends only on the seed and the
+sequence of labels, and each split's click rate is the data's.
 Shards: each block's train rows are cut into ``shards`` contiguous slices, slice ``k`` appended to
 ``part-0000k.parquet``, sized so shard row counts never differ by more than one.
 """

@@ -1,7 +1,9 @@
 """The benchmark's peers (polars, duckdb) agree with our prep row for row, and the check can fail.
 
 ``bench/prep.py`` compares ours with each peer on a sample of a >= 1 GB file; this runs the same
-peers and the same check on a few thousand rows, so neither can rot between benchmark runs.
+peers and the same check on a few thousand rows, so neither can rot between benchmark runs. Both
+engines express prep's label-stratified split natively (polars with a running sum of the labels,
+duckdb with a window partitioned by label), so the check compares every row of both splits.
 """
 from __future__ import annotations
 
@@ -46,8 +48,11 @@ def criteo_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ours(criteo_file, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("ours"))
-    stats = prep([criteo_file], out, PrepConfig(hash_buckets=BUCKETS, seed=7, test_fraction=0.2))
+    # 64 KiB blocks: the split's per-label counts carry across ~7 blocks, as on a large input.
+    stats = prep([criteo_file], out, PrepConfig(hash_buckets=BUCKETS, seed=7, test_fraction=0.2,
+                                                block_bytes=1 << 16))
     assert stats["rows_rejected"] == 0 and stats["rows_test"] > 400
+    assert os.path.getsize(criteo_file) > 6 * (1 << 16)
     return out
 
 
@@ -76,8 +81,15 @@ def test_check_catches_one_float_one_ulp_off(criteo_file, ours, tmp_path):
 
 
 def test_check_catches_another_split_or_bucket_count(criteo_file, ours, tmp_path):
+    # Another seed: the stratified split keeps each split's size (to a row per label), so the check
+    # must see that other rows went to test, by their values.
     polars_prep([criteo_file], str(tmp_path / "seed"), BUCKETS, seed=8, test_fraction=0.2)
     check = compare_outputs(ours, str(tmp_path / "seed"))
+    assert not check["ok"]
+    assert any(p.startswith("train: column") and "differs" in p for p in check["problems"]), \
+        check["problems"]
+    duckdb_prep([criteo_file], str(tmp_path / "fraction"), BUCKETS, seed=7, test_fraction=0.25)
+    check = compare_outputs(ours, str(tmp_path / "fraction"))
     assert not check["ok"] and any("rows in ours" in p for p in check["problems"])
     duckdb_prep([criteo_file], str(tmp_path / "buckets"), BUCKETS + 2, seed=7, test_fraction=0.2)
     check = compare_outputs(ours, str(tmp_path / "buckets"))

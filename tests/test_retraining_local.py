@@ -2,7 +2,7 @@
 
 One back-fill (``ctr-volcano run --days 3``) runs the real retraining pipeline per day: window ->
 prep -> champion -> warm-started local PS gang -> gate -> registry. Then a deliberately broken
-challenger (trained on shuffled labels) is run for day 3 and must be refused.
+challenger (its training lines' labels and features decoupled) is run for day 3 and must be refused.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from ctr_volcano.daily_data import generate_days
 from ctr_volcano.evaluate import evaluate
-from ctr_volcano.prep import PrepConfig, prep, split_is_test
+from ctr_volcano.prep import PrepConfig, StratifiedSplit, prep
 from ctr_volcano.registry import ModelRegistry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,12 +53,21 @@ def backfill(tmp_path_factory):
     return root, work, summary, days, log
 
 
-def _day3_test_split(root, tmp):
+def _day3_test_split(root, tmp, day_dir=None):
     """Day 3's test split exactly as the pipeline's prep made it (same config as its defaults)."""
     out = tmp / "day3-prep"
-    prep([str(root / "days" / f"day={DATES[2]}")], str(out),
+    prep([str(day_dir or root / "days" / f"day={DATES[2]}")], str(out),
          PrepConfig(hash_buckets=1000001, test_fraction=0.1, shards=2, seed=42))
     return str(out / "test")
+
+
+def _split_rows(split_dir):
+    """Every row of a prepped split, as sorted tuples."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.concat_tables(pq.read_table(p) for p in sorted(Path(split_dir).glob("*.parquet")))
+    return sorted(map(tuple, zip(*(table.column(c).to_pylist() for c in table.column_names))))
 
 
 @pytest.mark.slow
@@ -117,18 +126,28 @@ def test_broken_challenger_is_refused_and_the_champion_stays(backfill, tmp_path)
     root, work, summary, _, _ = backfill
     reg = ModelRegistry(summary["registry"], "ctr-dnn")
     before = reg.champion()
-    # day 3 again, with the labels of the lines prep sends to training shuffled (test lines intact)
+    # Day 3 again, with the training lines' labels decoupled from their features (test lines
+    # intact). Prep's split is stratified by label, so which lines are test depends on the label
+    # sequence: shuffling labels would move the test split. Shuffling the features of the training
+    # lines among themselves, each label left where it is, decouples them the same way and keeps
+    # the label sequence, so prep sends the very same lines to test.
     src = root / "days" / f"day={DATES[2]}" / "part-00000.tsv"
     lines = src.read_bytes().splitlines(keepends=True)
-    is_test = split_is_test(np.arange(len(lines), dtype=np.uint64), 42, 0.1)
+    labels = np.array([int(line[:1]) for line in lines])
+    is_test = StratifiedSplit(42, 0.1).is_test(labels)
     train_idx = np.flatnonzero(~is_test)
-    labels = [lines[i][:1] for i in train_idx]
+    features = [lines[i][1:] for i in train_idx]
     rng = np.random.default_rng(0)
     for i, j in zip(train_idx, rng.permutation(len(train_idx))):
-        lines[i] = labels[j] + lines[i][1:]
+        lines[i] = lines[i][:1] + features[j]
     broken = tmp_path / "broken" / f"day={DATES[2]}"
     broken.mkdir(parents=True)
     (broken / "part-00000.tsv").write_bytes(b"".join(lines))
+    assert sum(a != b for a, b in zip(lines, src.read_bytes().splitlines(keepends=True))) \
+        > 0.8 * len(train_idx)
+    # the premise: prep makes the same test split of the broken day as of the real one
+    assert _split_rows(_day3_test_split(root, tmp_path / "real")) \
+        == _split_rows(_day3_test_split(root, tmp_path / "brk", broken))
     # trained from scratch (warm_start=false), so it is the shuffled labels alone that it learned;
     # min_auc=0 lets it past the floor, so it is the comparison with the champion that refuses it
     rc, log = _run_cli(["run", "--days", "1", "--data", str(tmp_path / "broken") + "/day={date}",
