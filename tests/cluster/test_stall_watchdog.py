@@ -60,7 +60,10 @@ def test_a_stopped_trainer_fails_the_step_naming_it_and_the_gang_is_gone(sandbox
         assert isinstance(err, TrainingJobFailed), f"{box}\n{log}"
         assert err.phase == "Stalled", err
         silent = [p["pod"] for p in err.details["silent_pods"]]
-        assert silent[0] == f"{job}-trainer-1", (silent, str(err))
+        # the stopped trainer is named; a peer blocked on it (epoch barrier) goes silent too and may
+        # be named as well: log recency cannot tell which one hung first (docs/training.md)
+        assert f"{job}-trainer-1" in silent and set(silent) <= {f"{job}-trainer-0", f"{job}-trainer-1"}, \
+            (silent, str(err))
         assert f"{job}-trainer-1" in str(err)
         # within the stall timeout (plus the heartbeat interval and the poll): not minutes later
         assert took <= STALL_S + 20, (took, log)
