@@ -54,11 +54,6 @@ def _log(msg: str) -> None:
     print(f"s3server: {msg}", file=sys.stderr, flush=True)
 
 
-def weed_dir() -> Path:
-    """The cache directory the pinned ``weed`` binary is (or will be) built into."""
-    return procgroup.build_dir(BUILD_SCRIPT)
-
-
 def build_weed(stream: Any = None) -> Path:
     """Build (or find) ``weed`` and return the binary's path.
 
@@ -74,6 +69,11 @@ def build_weed(stream: Any = None) -> Path:
     if not weed.is_file():
         raise S3ServerError(f"build finished but {weed} is missing")
     return weed
+
+
+def weed_dir() -> Path:
+    """The cache directory the pinned ``weed`` binary is (or will be) built into."""
+    return procgroup.build_dir(BUILD_SCRIPT)
 
 
 def _free_ports(n: int) -> List[int]:
