@@ -34,80 +34,33 @@ WHEELS=(
 RECIPE=1
 PYTHON="${PYTHON:-python3}"
 
-export GOTOOLCHAIN=local CGO_ENABLED=0
+TOOL=kfpserver
+# shellcheck source=../gobuild.sh
+. "$HERE/../gobuild.sh"
 export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}$KFP_MODULE"
-export GOFLAGS="${GOFLAGS:-} -buildvcs=false -trimpath"
-
-if ! command -v go >/dev/null 2>&1; then
-  echo "kfpserver: the 'go' tool is not installed" >&2
-  exit 3
-fi
-
-GO_VERSION="$(go env GOVERSION)"
-KEY="$( { echo "$RECIPE $GO_VERSION $KFP_VERSION ${WHEELS[*]}"
-  cat "$HERE/server/go.mod" "$HERE/server/go.sum" "$HERE/protogen.py"; } | sha256sum | cut -c1-16)"
-ROOT="${CTR_VOLCANO_CACHE:-$HOME/.cache/ctr-volcano}/kfpserver/$KEY"
+gobuild_go
+gobuild_cache "$RECIPE $GO_VERSION $KFP_VERSION ${WHEELS[*]}" \
+  "$HERE/server/go.mod" "$HERE/server/go.sum" "$HERE/protogen.py"
 OUTPUTS=(bin/apiserver crd/workflows.argoproj.io.yaml crd/scheduledworkflows.kubeflow.org.yaml)
-
-if [ "${1:-}" = "--print-dir" ]; then
-  echo "$ROOT"
-  exit 0
-fi
-
 have_all() {
   local f
   for f in "${OUTPUTS[@]}"; do [ -s "$ROOT/$f" ] || return 1; done
 }
-
-if have_all; then
-  echo "kfpserver: API server present in $ROOT (skipping build)" >&2
-  echo "$ROOT"
-  exit 0
-fi
-
-mkdir -p "$ROOT"
-exec 9>"$ROOT/.lock"
-flock 9
-if have_all; then
-  echo "kfpserver: API server present in $ROOT (built by another process)" >&2
-  echo "$ROOT"
-  exit 0
-fi
-
-STAGE="$ROOT/stage.$$"
-rm -rf "$STAGE"
-mkdir -p "$STAGE"
-trap 'rm -rf "$STAGE"' EXIT
-
-T0=$(date +%s)
-step() {  # step NAME COMMAND...
-  local name="$1" t
-  shift
-  t=$(date +%s)
-  echo "kfpserver: [$(( t - T0 ))s] $name ..." >&2
-  # A heartbeat, so a long cold build visibly progresses in CI logs.
-  ( trap 'kill $! 2>/dev/null; exit 0' TERM
-    while :; do sleep 60 & wait $!; echo "kfpserver: [$(( $(date +%s) - T0 ))s] ... still $name" >&2; done
-  ) 9>&- &
-  local beat=$!
-  "$@" >&2 || { kill "$beat" 2>/dev/null; return 1; }
-  kill "$beat" 2>/dev/null
-  echo "kfpserver: [$(( $(date +%s) - T0 ))s] $name done in $(( $(date +%s) - t ))s" >&2
-}
+gobuild_begin "$ROOT" "API server" "${1:-}"
 
 cd "$HERE/server"
 echo "kfpserver: KFP $KFP_VERSION, go $GO_VERSION, output $ROOT, GOMAXPROCS=${GOMAXPROCS:-$(nproc)}" >&2
-step "downloading modules" go mod download
+gobuild_step "downloading modules" go mod download
 
 # The two sub-modules: start from the proxy's older copies (their cachekey package, whose .proto is
 # unchanged since, is reused as is) and regenerate the rest from the release's descriptors.
-step "downloading the $KFP_VERSION wheels" "$PYTHON" -m pip download --quiet --no-deps \
+gobuild_step "downloading the $KFP_VERSION wheels" "$PYTHON" -m pip download --quiet --no-deps \
   --only-binary=:all: --dest "$STAGE/wheels" "kfp-pipeline-spec==$KFP_VERSION" "kfp-kubernetes==$KFP_VERSION"
 for w in "${WHEELS[@]}"; do
   read -r file sum <<<"$w"
   echo "$sum  $STAGE/wheels/$file" | sha256sum --check --quiet - >&2
 done
-step "building protoc-gen-go" go build -o "$STAGE/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
+gobuild_step "building protoc-gen-go" go build -o "$STAGE/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
 SRC="$ROOT/src"
 rm -rf "$SRC"
 mkdir -p "$SRC"
@@ -116,7 +69,7 @@ for sub in api kubernetes_platform; do
   chmod -R u+w "$SRC/$sub"
   rm -f "$SRC/$sub/go.sum"
 done
-step "regenerating the api and kubernetes_platform Go code" "$PYTHON" "$HERE/protogen.py" \
+gobuild_step "regenerating the api and kubernetes_platform Go code" "$PYTHON" "$HERE/protogen.py" \
   --protoc-gen-go "$STAGE/protoc-gen-go" --out "$STAGE/gen" "$STAGE"/wheels/*.whl
 cp "$STAGE/gen/$KFP_MODULE/api/v2alpha1/go/pipelinespec/pipeline_spec.pb.go" \
   "$SRC/api/v2alpha1/go/pipelinespec/pipeline_spec.pb.go"
@@ -134,7 +87,7 @@ printf 'go 1.25.0\n\nuse %s\n\nreplace (\n\t%s/api => %s\n\t%s/kubernetes_platfo
 
 # cgo on, as upstream builds it: the server's storage layer uses go-sqlite3's error types, which
 # exist only in its cgo build (KFP's image builds with the Go image's default, CGO_ENABLED=1).
-step "building the API server" env GOWORK="$STAGE/go.work" CGO_ENABLED=1 go build -ldflags "-s -w" \
+gobuild_step "building the API server" env GOWORK="$STAGE/go.work" CGO_ENABLED=1 go build -ldflags "-s -w" \
   -o "$STAGE/apiserver" "$KFP_MODULE/backend/src/apiserver"
 
 # The CRDs the server writes: Argo's Workflow (from the argo-workflows module KFP builds against; the

@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: procgroup.py, shared
+import procgroup
+
 __all__ = [
     "HERE", "BUILD_SCRIPT", "KFP_VERSION", "NAMESPACE", "KfpServerError", "build_server",
     "mariadb_missing", "MariaDB", "prepare_cluster", "KfpApiServer",
@@ -72,21 +75,6 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _wait(proc: subprocess.Popen, timeout: float) -> bool:
-    try:
-        proc.wait(timeout=timeout)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
-
-
 # ----------------------------------------------------------------------------------------- build
 def build_server(stream: Any = None) -> Path:
     """Build (or find) the API server and its CRDs; returns the directory holding ``bin/`` and ``crd/``.
@@ -99,26 +87,8 @@ def build_server(stream: Any = None) -> Path:
     if shutil.which("go") is None:
         raise KfpServerError("the 'go' tool is not installed; the KFP API server is built from its Go "
                              "module (install Go >= 1.25, then run tools/kfpserver/build.sh)")
-    stream = stream or sys.stderr
-    started = time.monotonic()
     env = dict(os.environ, PYTHON=os.environ.get("PYTHON", sys.executable))
-    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, env=env,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    tail: List[str] = []
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-40:]
-            print(line.rstrip(), file=stream, flush=True)
-        rc = proc.wait()
-    except BaseException:
-        _signal_group(proc, signal.SIGKILL)
-        proc.wait()
-        raise
-    if rc != 0:
-        raise KfpServerError("tools/kfpserver/build.sh failed (exit %d) after %.0fs:\n%s"
-                             % (rc, time.monotonic() - started, "\n".join(tail)))
-    root = Path(tail[-1].strip())
+    root = procgroup.run_build_script(BUILD_SCRIPT, KfpServerError, stream, env=env, grace=0)
     if not (root / "bin" / "apiserver").is_file():
         raise KfpServerError(f"build finished but {root}/bin/apiserver is missing")
     return root
@@ -197,10 +167,7 @@ class MariaDB:
         """Stop the server (SIGTERM: a clean shutdown, then SIGKILL after 20 s)."""
         if self.proc is None:
             return
-        _signal_group(self.proc, signal.SIGTERM)
-        if not _wait(self.proc, 20):
-            _signal_group(self.proc, signal.SIGKILL)
-            _wait(self.proc, 5)
+        procgroup.kill_group(self.proc, grace=20)
         self.proc = None
 
 
@@ -357,12 +324,13 @@ class KfpApiServer:
         """Stop the server: SIGTERM, a second SIGTERM (the first leaves its HTTP proxy serving), SIGKILL."""
         if self.proc is None:
             return
-        _signal_group(self.proc, signal.SIGTERM)
-        if not _wait(self.proc, 3):
-            _signal_group(self.proc, signal.SIGTERM)
-            if not _wait(self.proc, 10):
-                _signal_group(self.proc, signal.SIGKILL)
-                _wait(self.proc, 5)
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=3)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            procgroup.kill_group(self.proc, grace=10)
         self.proc = None
 
 

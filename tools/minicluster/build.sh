@@ -23,66 +23,19 @@ BINARIES=(etcd kube-apiserver kube-controller-manager vc-scheduler vc-controller
 # Bump when the build recipe below changes in a way that changes the binaries.
 RECIPE=3
 
-export GOTOOLCHAIN=local CGO_ENABLED=0
-export GOFLAGS="${GOFLAGS:-} -buildvcs=false -trimpath"
-
-if ! command -v go >/dev/null 2>&1; then
-  echo "minicluster: the 'go' tool is not installed" >&2
-  exit 3
-fi
-
-GO_VERSION="$(go env GOVERSION)"
-KEY="$( { echo "$RECIPE $GO_VERSION $KWOK_VERSION $K8S_VERSION ${BINARIES[*]}"
-  cat "$HERE/cluster/go.mod" "$HERE/cluster/go.sum" "$HERE/cluster/cmd/etcd/main.go" \
-    "$HERE"/cluster/overlay/*.go.txt; } | sha256sum | cut -c1-16)"
-ROOT="${CTR_VOLCANO_CACHE:-$HOME/.cache/ctr-volcano}/minicluster/$KEY"
+TOOL=minicluster
+# shellcheck source=../gobuild.sh
+. "$HERE/../gobuild.sh"
+gobuild_go
+gobuild_cache "$RECIPE $GO_VERSION $KWOK_VERSION $K8S_VERSION ${BINARIES[*]}" \
+  "$HERE/cluster/go.mod" "$HERE/cluster/go.sum" "$HERE/cluster/cmd/etcd/main.go" \
+  "$HERE"/cluster/overlay/*.go.txt
 BIN="$ROOT/bin"
-
-if [ "${1:-}" = "--print-dir" ]; then
-  echo "$BIN"
-  exit 0
-fi
-
 have_all() {
   local b
   for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
 }
-
-if have_all; then
-  echo "minicluster: binaries present in $BIN (skipping build)" >&2
-  echo "$BIN"
-  exit 0
-fi
-
-mkdir -p "$ROOT"
-exec 9>"$ROOT/.lock"
-flock 9
-if have_all; then
-  echo "minicluster: binaries present in $BIN (built by another process)" >&2
-  echo "$BIN"
-  exit 0
-fi
-
-STAGE="$ROOT/stage.$$"
-rm -rf "$STAGE"
-mkdir -p "$STAGE"
-trap 'rm -rf "$STAGE"' EXIT
-
-T0=$(date +%s)
-step() {  # step NAME COMMAND...
-  local name="$1" t
-  shift
-  t=$(date +%s)
-  echo "minicluster: [$(( t - T0 ))s] building $name ..." >&2
-  # A heartbeat, so a long cold build visibly progresses in CI logs.
-  ( trap 'kill $! 2>/dev/null; exit 0' TERM
-    while :; do sleep 60 & wait $!; echo "minicluster: [$(( $(date +%s) - T0 ))s] ... still building $name" >&2; done
-  ) 9>&- &
-  local beat=$!
-  "$@" >&2 || { kill "$beat" 2>/dev/null; return 1; }
-  kill "$beat" 2>/dev/null
-  echo "minicluster: [$(( $(date +%s) - T0 ))s] $name done in $(( $(date +%s) - t ))s" >&2
-}
+gobuild_begin "$BIN" binaries "${1:-}"
 
 MINOR="${K8S_VERSION#v1.}"; MINOR="${MINOR%%.*}"
 K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
@@ -92,7 +45,7 @@ K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
 
 cd "$HERE/cluster"
 echo "minicluster: go $GO_VERSION, output $BIN, GOMAXPROCS=${GOMAXPROCS:-$(nproc)}" >&2
-step "module download" go mod download
+gobuild_step "downloading modules" go mod download
 
 # volcano.sh/apis: the proxy serves it only up to v1.14.0, which lacks one constant that Volcano
 # v1.15.1 uses. Copy that module out of the module cache, add the constant (our own files in
@@ -112,7 +65,7 @@ export GOWORK="$STAGE/go.work"
 
 # One `go build` for all five: they share most packages (client-go, apiserver, ...), and the go tool
 # keeps both cores busy across compile and link steps.
-step "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, vc-scheduler, vc-controller-manager, vc-webhook-manager" \
+gobuild_step "building etcd, kube-apiserver, kube-controller-manager, kube-scheduler, vc-scheduler, vc-controller-manager, vc-webhook-manager" \
   go build -ldflags "$K8S_LDFLAGS" -o "$STAGE/" ./cmd/etcd \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \
@@ -123,7 +76,7 @@ mv "$STAGE/controller-manager" "$STAGE/vc-controller-manager"
 mv "$STAGE/webhook-manager" "$STAGE/vc-webhook-manager"
 cd "$HERE"
 unset GOWORK
-step "kwok" env GOBIN="$STAGE" GOFLAGS="-trimpath" go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+gobuild_step "building kwok" env GOBIN="$STAGE" GOFLAGS="-trimpath" go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 
 mkdir -p "$BIN"
 for b in "${BINARIES[@]}"; do mv -f "$STAGE/$b" "$BIN/$b"; done

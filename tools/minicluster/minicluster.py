@@ -47,6 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: procgroup.py, shared
+import procgroup
+
 __all__ = [
     "HERE", "BUILD_SCRIPT", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
     "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
@@ -106,9 +109,7 @@ def _log(msg: str) -> None:
 # ----------------------------------------------------------------------------------------- build
 def binaries_dir() -> Path:
     """The cache directory the pinned binaries are (or will be) built into."""
-    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-dir"], check=True,
-                         capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
+    return procgroup.build_dir(BUILD_SCRIPT)
 
 
 def build_binaries(stream: Any = None) -> Path:
@@ -123,24 +124,7 @@ def build_binaries(stream: Any = None) -> Path:
     if shutil.which("go") is None:
         raise ClusterError("the 'go' tool is not installed; the cluster tier needs Go >= 1.25 "
                            "(install Go, then re-run: tools/minicluster/build.sh)")
-    stream = stream or sys.stderr
-    started = time.monotonic()
-    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    tail: List[str] = []
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-40:]
-            print(line.rstrip(), file=stream, flush=True)
-        rc = proc.wait()
-    except BaseException:
-        _kill_group(proc, grace=5)
-        raise
-    if rc != 0:
-        raise ClusterError("tools/minicluster/build.sh failed (exit %d) after %.0fs:\n%s"
-                           % (rc, time.monotonic() - started, "\n".join(tail)))
-    bin_dir = Path(tail[-1].strip())
+    bin_dir = procgroup.run_build_script(BUILD_SCRIPT, ClusterError, stream, grace=5)
     missing = [b for b in BINARIES if not (bin_dir / b).is_file()]
     if missing:
         raise ClusterError(f"build finished but {missing} are missing in {bin_dir}")
@@ -152,33 +136,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the process group of ``proc``, then SIGKILL it after ``grace`` seconds."""
-    if proc.poll() is not None:
-        # The leader is gone; children of the group may survive, so signal the group anyway.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
-        pass
 
 
 def _default_crd_dirs() -> List[Path]:
@@ -471,7 +428,7 @@ class MiniCluster:
         self._stopped = True
         for name in reversed(list(self.procs)):
             # the agent kills every pod process and removes the namespaces on SIGTERM
-            _kill_group(self.procs[name], grace=60 if name == "nodeagent" else 10)
+            procgroup.kill_group(self.procs[name], grace=60 if name == "nodeagent" else 10)
         left_ns = self.process_namespaces()
         if left_ns:  # pragma: no cover - reported, then removed
             _log(f"network namespaces left by the node agent (removing): {left_ns}")

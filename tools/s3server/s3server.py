@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +35,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: procgroup.py, shared
+import procgroup
 
 __all__ = ["HERE", "BUILD_SCRIPT", "S3ServerError", "build_weed", "weed_dir", "S3Server"]
 
@@ -52,13 +54,6 @@ def _log(msg: str) -> None:
     print(f"s3server: {msg}", file=sys.stderr, flush=True)
 
 
-def weed_dir() -> Path:
-    """The cache directory the pinned ``weed`` binary is (or will be) built into."""
-    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-dir"], check=True,
-                         capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 def build_weed(stream: Any = None) -> Path:
     """Build (or find) ``weed`` and return the binary's path.
 
@@ -70,27 +65,15 @@ def build_weed(stream: Any = None) -> Path:
     if shutil.which("go") is None:
         raise S3ServerError("the 'go' tool is not installed; the S3 tests need Go >= 1.26.6 to build "
                             "SeaweedFS (install Go, then re-run: tools/s3server/build.sh)")
-    stream = stream or sys.stderr
-    started = time.monotonic()
-    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    tail: List[str] = []
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-40:]
-            print(line.rstrip(), file=stream, flush=True)
-        rc = proc.wait()
-    except BaseException:
-        _kill_group(proc)
-        raise
-    if rc != 0:
-        raise S3ServerError("tools/s3server/build.sh failed (exit %d) after %.0fs:\n%s"
-                            % (rc, time.monotonic() - started, "\n".join(tail)))
-    weed = Path(tail[-1].strip()) / "weed"
+    weed = procgroup.run_build_script(BUILD_SCRIPT, S3ServerError, stream) / "weed"
     if not weed.is_file():
         raise S3ServerError(f"build finished but {weed} is missing")
     return weed
+
+
+def weed_dir() -> Path:
+    """The cache directory the pinned ``weed`` binary is (or will be) built into."""
+    return procgroup.build_dir(BUILD_SCRIPT)
 
 
 def _free_ports(n: int) -> List[int]:
@@ -105,26 +88,6 @@ def _free_ports(n: int) -> List[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the process group of ``proc``, then SIGKILL it after ``grace`` seconds."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
-        pass
 
 
 @dataclass
@@ -280,7 +243,7 @@ class S3Server:
         """Stop weed (its whole session) and remove the data directory if this object made it."""
         if self.proc is not None:
             # weed's graceful shutdown waits ~10 s; the data of a throw-away server need not survive
-            _kill_group(self.proc, grace=2.0)
+            procgroup.kill_group(self.proc, grace=2.0)
             self.proc = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
