@@ -126,3 +126,15 @@ def trainer_probe(run: Dict[str, Any], index: int = 0) -> Optional[Dict[str, Any
         if p["role"] == "TRAINER" and int(p.get("trainer_id") or 0) == index:
             return p
     return None
+
+def throughput(run: Dict[str, Any]) -> Dict[str, float]:
+    """Training-phase ex/s (as ``bench/train.py`` defines it) and end-to-end ex/s."""
+    starts, ends, n = [], [], 0
+    for hist in run["metrics"]["per_trainer"].values():
+        first = min(hist, key=lambda r: r["epoch"])
+        starts.append(first["start_time"] - first.get("convert_wait_seconds", 0.0)
+                      - first.get("load_seconds", 0.0))
+        ends.append(max(r["end_time"] for r in hist))
+        n += sum(r["examples"] for r in hist)
+    return {"train_ex_per_s": n / (max(ends) - min(starts)), "e2e_ex_per_s": n / run["wall_s"],
+            "examples": n}

@@ -38,7 +38,7 @@ import sys
 import time
 from typing import Any, Dict, Tuple
 
-from gang_probe import dir_mb, make_raw, prep_child, run_probed_gang, trainer_probe
+from gang_probe import dir_mb, make_raw, prep_child, run_probed_gang, throughput, trainer_probe
 
 HASH_BUCKETS = 1_000_001
 
@@ -94,17 +94,6 @@ def breakdown(run: Dict[str, Any]) -> Dict[str, Any]:
     return {"phases": phases, "detail": detail}
 
 
-def throughput(run: Dict[str, Any]) -> Dict[str, float]:
-    """Training-phase ex/s (as ``bench/train.py`` defines it) and end-to-end ex/s."""
-    starts, ends, n = [], [], 0
-    for hist in run["metrics"]["per_trainer"].values():
-        first = min(hist, key=lambda r: r["epoch"])
-        starts.append(first["start_time"] - first.get("convert_wait_seconds", 0.0)
-                      - first.get("load_seconds", 0.0))
-        ends.append(max(r["end_time"] for r in hist))
-        n += sum(r["examples"] for r in hist)
-    return {"train_ex_per_s": n / (max(ends) - min(starts)), "e2e_ex_per_s": n / run["wall_s"],
-            "examples": n}
 
 
 def retime_pieces(data: str, model_dir: str, embedding_dim: int, workdir: str) -> Dict[str, float]:

@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from gang_probe import dir_mb, make_raw, prep_child, run_probed_gang
+from gang_probe import dir_mb, make_raw, prep_child, run_probed_gang, throughput
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BUCKETS = 1_000_001
@@ -67,13 +67,7 @@ def measure(rows: int, buckets: int, epochs: int, workdir: str) -> Dict[str, Any
     data = os.path.join(point_dir, "data")
     prep = prep_child(raw, data, buckets)
     run = run_probed_gang(data, point_dir, {"epochs": epochs, "progress_secs": 30.0})
-    starts, ends, n = [], [], 0
-    for hist in run["metrics"]["per_trainer"].values():
-        first = min(hist, key=lambda r: r["epoch"])
-        starts.append(first["start_time"] - first.get("convert_wait_seconds", 0.0)
-                      - first.get("load_seconds", 0.0))
-        ends.append(max(r["end_time"] for r in hist))
-        n += sum(r["examples"] for r in hist)
+    tp = throughput(run)
     test = resolve_split(data, "test")
     t = time.monotonic()
     scorer = load_model(run["model_dir"])
@@ -85,8 +79,8 @@ def measure(rows: int, buckets: int, epochs: int, workdir: str) -> Dict[str, Any
         "rows": rows, "buckets": buckets, "epochs": epochs,
         "raw_mb": os.path.getsize(raw) / 1e6,
         "prep_mb_s": prep["mb_per_s"], "prep_rss_mb": prep["peak_rss_mb"],
-        "train_wall_s": run["wall_s"], "e2e_ex_s": n / run["wall_s"],
-        "train_ex_s": n / (max(ends) - min(starts)),
+        "train_wall_s": run["wall_s"], "e2e_ex_s": tp["e2e_ex_per_s"],
+        "train_ex_s": tp["train_ex_per_s"],
         "pserver_rss_mb": rss["PSERVER"], "trainer_rss_mb": rss["TRAINER"],
         "model_mb": dir_mb(run["model_dir"]), "sparse_keys": int(len(scorer.keys)),
         "eval_rows_s": result["rows"] / eval_s, "test_auc": result["auc"],
