@@ -10,13 +10,13 @@ Skipped only when the ``go`` tool is missing altogether; a failed build fails th
 from __future__ import annotations
 
 import itertools
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict
 
 import pytest
+
+from tests.prebuild import Prebuild
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools" / "s3server"))
@@ -25,7 +25,8 @@ import s3server  # noqa: E402  (tools/s3server is not a package)
 
 __all__ = ["s3_server", "s3_bucket"]
 
-_BUILD: Dict[str, object] = {}
+_BUILD = Prebuild("s3server", "SeaweedFS",
+                  "the S3 tests need the 'go' tool (Go >= 1.26.6) to build SeaweedFS")
 _buckets = itertools.count()
 
 
@@ -34,31 +35,15 @@ def _needs_s3(item) -> bool:
 
 
 def pytest_collection_finish(session):
-    if not any(_needs_s3(i) for i in session.items):
-        return
-    if shutil.which("go") is None:
-        _BUILD["skip"] = "the S3 tests need the 'go' tool (Go >= 1.26.6) to build SeaweedFS"
-        return
-    capman = session.config.pluginmanager.getplugin("capturemanager")
-    t0 = time.monotonic()
-    with capman.global_and_fixture_disabled():
-        print("\ns3server: preparing SeaweedFS's weed (tools/s3server/build.sh)", file=sys.stderr,
-              flush=True)
-        try:
-            _BUILD["weed"] = s3server.build_weed(stream=sys.stderr)
-        except s3server.S3ServerError as exc:
-            _BUILD["error"] = str(exc)
-        print(f"s3server: weed ready after {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+    if any(_needs_s3(i) for i in session.items):
+        _BUILD.build(session, "preparing SeaweedFS's weed (tools/s3server/build.sh)", "weed ready",
+                     lambda: s3server.build_weed(stream=sys.stderr), (s3server.S3ServerError,))
 
 
 @pytest.fixture(scope="session")
 def s3_server():
     """A running :class:`s3server.S3Server` (endpoint, access_key, secret_key, filesystem())."""
-    if "skip" in _BUILD:
-        pytest.skip(str(_BUILD["skip"]))
-    if "error" in _BUILD:
-        pytest.fail(f"building SeaweedFS failed: {_BUILD['error']}")
-    weed = _BUILD.get("weed") or s3server.build_weed()
+    weed = _BUILD.result(s3server.build_weed)
     server = s3server.S3Server.start(Path(str(weed)))
     try:
         yield server

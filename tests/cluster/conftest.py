@@ -16,12 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List
 
 import pytest
+
+from tests.prebuild import Prebuild
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "minicluster"))
@@ -42,7 +43,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.cluster)
 
 
-_BUILD: Dict[str, object] = {}
+_BUILD = Prebuild("minicluster", "the mini cluster",
+                  "the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries")
 
 
 def pytest_collection_finish(session):
@@ -52,41 +54,32 @@ def pytest_collection_finish(session):
     the per-test timeout, and its progress is printed live (output capture suspended).
     """
     here = Path(__file__).parent
-    if not any(Path(str(i.fspath)).is_relative_to(here) for i in session.items):
-        return
-    if shutil.which("go") is None:
-        _BUILD["skip"] = "the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries"
-        return
-    capman = session.config.pluginmanager.getplugin("capturemanager")
-    t0 = time.monotonic()
-    with capman.global_and_fixture_disabled():
-        print("\nminicluster: preparing the cluster tier's binaries (tools/minicluster/build.sh)",
+    if any(Path(str(i.fspath)).is_relative_to(here) for i in session.items):
+        _BUILD.build(session, "preparing the cluster tier's binaries (tools/minicluster/build.sh)",
+                     "binaries ready", _build_all, (mc.ClusterError, image_env.ImageError))
+
+
+def _build_all() -> Path:
+    """The Go binaries, then the process nodes' image environments (pip installs; minutes on a cold
+    cache), built in the same hook for the same reason."""
+    bin_dir = mc.build_binaries(stream=sys.stderr)
+    for dockerfile in mc.DEFAULT_IMAGES.values():
+        print(f"minicluster: image environment {image_env.build_venv(image_env.parse_dockerfile(dockerfile))}",
               file=sys.stderr, flush=True)
-        try:
-            _BUILD["bin"] = mc.build_binaries(stream=sys.stderr)
-            # the process nodes' image environments (pip installs; minutes on a cold cache), built
-            # here for the same reason
-            for dockerfile in mc.DEFAULT_IMAGES.values():
-                print(f"minicluster: image environment {image_env.build_venv(image_env.parse_dockerfile(dockerfile))}",
-                      file=sys.stderr, flush=True)
-        except (mc.ClusterError, image_env.ImageError) as exc:
-            _BUILD["error"] = str(exc)
-        print(f"minicluster: binaries ready after {time.monotonic() - t0:.0f}s", file=sys.stderr,
-              flush=True)
+    return bin_dir
 
 
 @pytest.fixture(scope="session")
 def minicluster_bin() -> Path:
     """Directory of the pinned binaries (built in ``pytest_collection_finish``)."""
-    if "skip" in _BUILD:
-        pytest.skip(str(_BUILD["skip"]))
-    if "error" in _BUILD:
-        pytest.fail(f"building the mini cluster failed: {_BUILD['error']}")
-    if "bin" not in _BUILD:  # e.g. collected through another path: build now
-        if shutil.which("go") is None:
-            pytest.skip("the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries")
-        _BUILD["bin"] = mc.build_binaries()
-    return Path(str(_BUILD["bin"]))
+    return Path(str(_BUILD.result(_build_now)))
+
+
+def _build_now() -> Path:
+    """The binaries when the hook did not run (e.g. collected through another path)."""
+    if shutil.which("go") is None:
+        pytest.skip(_BUILD.no_go)
+    return mc.build_binaries()
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,13 @@ Skipped, with the reason, when ``go`` or MariaDB is missing; a failed build or s
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict
 
 import pytest
+
+from tests.prebuild import Prebuild
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "kfpserver"))
@@ -26,39 +26,23 @@ import kfpserver  # noqa: E402  (tools/kfpserver is not a package)
 
 __all__ = ["kfp_server"]
 
-_BUILD: Dict[str, object] = {}
+_BUILD = Prebuild("kfpserver", "the KFP API server",
+                  "the KFP API server tests need the 'go' tool (Go >= 1.25) to build it")
 
 
 def pytest_collection_finish(session):
-    if not any("kfp_server" in getattr(i, "fixturenames", ()) for i in session.items):
-        return
-    if shutil.which("go") is None:
-        _BUILD["skip"] = "the KFP API server tests need the 'go' tool (Go >= 1.25) to build it"
-        return
-    capman = session.config.pluginmanager.getplugin("capturemanager")
-    t0 = time.monotonic()
-    with capman.global_and_fixture_disabled():
-        print("\nkfpserver: preparing the KFP API server (tools/kfpserver/build.sh)", file=sys.stderr,
-              flush=True)
-        try:
-            _BUILD["root"] = kfpserver.build_server(stream=sys.stderr)
-        except kfpserver.KfpServerError as exc:
-            _BUILD["error"] = str(exc)
-        print(f"kfpserver: API server ready after {time.monotonic() - t0:.0f}s", file=sys.stderr,
-              flush=True)
+    if any("kfp_server" in getattr(i, "fixturenames", ()) for i in session.items):
+        _BUILD.build(session, "preparing the KFP API server (tools/kfpserver/build.sh)", "API server ready",
+                     lambda: kfpserver.build_server(stream=sys.stderr), (kfpserver.KfpServerError,))
 
 
 @pytest.fixture(scope="session")
 def kfp_server(cluster, s3_server, tmp_path_factory):
     """A running :class:`kfpserver.KfpApiServer` (``.host`` for ``kfp.Client``/``--host``)."""
-    if "skip" in _BUILD:
-        pytest.skip(str(_BUILD["skip"]))
-    if "error" in _BUILD:
-        pytest.fail(f"building the KFP API server failed: {_BUILD['error']}")
+    root = Path(str(_BUILD.result(kfpserver.build_server)))
     missing = kfpserver.mariadb_missing()
     if missing:
         pytest.skip(f"the KFP API server tests need MySQL: {missing}")
-    root = Path(str(_BUILD.get("root") or kfpserver.build_server()))
     work = tmp_path_factory.mktemp("kfp")
     t0 = time.monotonic()
     db = kfpserver.MariaDB.start(work / "db")
