@@ -27,6 +27,7 @@ pytestmark = pytest.mark.cluster
 
 LABEL_JOB = "ctr-volcano/job"
 PARTIAL_BOUND_S = 20.0   # native: partial placement must last longer than this
+NATIVE_EPOCHS = 200      # the native jobs are deleted long before they could finish
 BLIP_S = 5.0             # Volcano: binding a gang may show 3/4 bound for one sample, never longer
 
 
@@ -82,7 +83,11 @@ def test_native_pair_places_partially_the_volcano_pair_never_and_both_volcano_jo
     core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
     ns = sandbox.namespace
 
-    # ---- native: both deployments at once; kube-scheduler places pods one by one
+    # ---- native: both deployments at once; kube-scheduler places pods one by one. The native jobs
+    # train for far more epochs than the measuring window lasts: whichever job kube-scheduler places
+    # whole must not finish (and free its slots for the other) before the bound is crossed; with 1
+    # epoch a fast machine finished job A in 18.5 s and B's partial placement ended with it (CI).
+    # Both are deleted as soon as the bound is crossed.
     res = Resources(cpu="1", memory="1Gi")
     natives = {}
     for name in ("nat-a", "nat-b"):
@@ -90,7 +95,7 @@ def test_native_pair_places_partially_the_volcano_pair_never_and_both_volcano_jo
         spec = TrainJobSpec(name=name, namespace=ns, image=IMAGE, data_dir=dirs.data_dir,
                             output_dir=dirs.output_dir, pservers=2, trainers=2, pserver_resources=res,
                             trainer_resources=res, node_selector=sandbox.node_selector, max_retry=0,
-                            ttl_seconds_after_finished=None, train_config={"epochs": 1},
+                            ttl_seconds_after_finished=None, train_config={"epochs": NATIVE_EPOCHS},
                             volumes=(PvcVolume("ctr-data", str(claim)),))
         natives[name] = build_native(spec)
     for objs in natives.values():
