@@ -2,6 +2,8 @@
 start the Go-built mini cluster (see ``tests/cluster/``)."""
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,13 @@ import pytest
 pytest_plugins = ["tests.s3store", "tests.cluster.kfp_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Run as if the interpreter's environment were activated: subprocesses that call ``ctr-volcano`` or
+# ``python3`` (the KFP executor's command does) get this venv's, not whatever PATH finds first -- on a
+# fresh machine the system Python has none of the dependencies (`.venv/bin/python -m pytest`).
+_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 SAMPLE_DIR = REPO / "data" / "sample"
 
 

@@ -125,7 +125,14 @@ def test_an_interrupt_kills_the_build_group(tmp_path: Path) -> None:
     script.write_text(f"trap '' TERM; sleep 300 & echo $! > {pidfile}; echo started; wait\n")
     with pytest.raises(KeyboardInterrupt):
         procgroup.run_build_script(script, ValueError, _Interrupting(), grace=0.5)
-    assert _gone(int(pidfile.read_text()))
+    child = int(pidfile.read_text())
+    # SIGKILL is delivered asynchronously: on a loaded machine the child can still be seen running
+    # for a moment after the group was signalled (seen in a CI-like run), so allow it a few seconds.
+    for _ in range(50):
+        if _gone(child):
+            break
+        threading.Event().wait(0.1)
+    assert _gone(child)
 
 
 def test_kill_group_reaches_children_of_a_dead_leader(tmp_path: Path) -> None:

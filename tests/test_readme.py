@@ -110,6 +110,6 @@ def test_quick_start_installs_into_a_virtual_environment_not_the_system_python(t
     first = shlex.split(_quick_start_lines()[0].split("&&")[0])
     subprocess.run(first, cwd=tmp_path, check=True, timeout=300, capture_output=True)
     venv_python = tmp_path / first[-1] / "bin" / "python"
-    out = subprocess.run([str(venv_python), "-c", "import sys, kfp; print(sys.prefix != sys.base_prefix)"],
+    out = subprocess.run([str(venv_python), "-c", "import sys; print(sys.prefix != sys.base_prefix)"],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True", out.stderr
