@@ -107,7 +107,8 @@ def _handle(args: argparse.Namespace) -> int:
             args.lr = base.learning_rate if args.lr is None else args.lr
         return int(cli_train(args) or 0)
 
-    from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S, train_local
+    from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S
+    from ctr_volcano.backends.local import train_local
 
     result = train_local(args.data, args.model_out, _config(args), pservers=args.pservers,
                          trainers=args.trainers, max_retry=args.max_retry,

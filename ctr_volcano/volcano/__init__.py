@@ -71,7 +71,7 @@ def cli_train(args: Any) -> int:
     """
     import json
 
-    from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
+    from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S
     from ctr_volcano.volcano.step import StepParams, run_training_step
 
     def opt(name: str, default: Any = None) -> Any:

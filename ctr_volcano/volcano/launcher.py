@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ctr_volcano.backends import TrainResult
 from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
 from ctr_volcano.volcano.client import JobExists
 from ctr_volcano.volcano.manifest import ANNOTATION_RUN, build_job, check_job
@@ -38,8 +39,7 @@ from ctr_volcano.volcano.names import pod_name
 from ctr_volcano.volcano.spec import TrainJobSpec
 from ctr_volcano.volcano.stall import Silent, StallWatchdog
 
-__all__ = ["VolcanoLauncher", "JobCancelled", "PodFailure", "FAILED_PHASES", "TERMINAL_PHASES",
-           "result_class"]
+__all__ = ["VolcanoLauncher", "JobCancelled", "PodFailure", "FAILED_PHASES", "TERMINAL_PHASES"]
 
 FAILED_PHASES = ("Failed", "Aborted", "Terminated")
 TERMINAL_PHASES = FAILED_PHASES + ("Completed",)
@@ -79,25 +79,6 @@ class PodFailure:
         return {"pod": self.pod, "role": self.role, "uid": self.uid, "reason": self.reason,
                 "exit_code": self.exit_code, "message": self.message, "log_tail": self.log_tail,
                 "retry": self.retry}
-
-
-@dataclass(frozen=True)
-class _FallbackTrainResult:
-    """Same fields as ``ctr_volcano.training.TrainResult``; used only if that module is absent."""
-
-    model_dir: str
-    metrics: Dict[str, Any]
-    output_dir: str
-    attempts: int
-
-
-def result_class() -> Any:
-    """``ctr_volcano.training.TrainResult`` (the local backend's result type), shared by both backends."""
-    try:
-        from ctr_volcano.training import TrainResult
-    except ImportError:  # the local backend is not part of this build
-        return _FallbackTrainResult
-    return TrainResult
 
 
 def _phase(job: Mapping[str, Any]) -> str:
@@ -188,7 +169,7 @@ class VolcanoLauncher:
         self.heartbeat_every_s = max(self.poll_s, min(30.0, spec.stall_timeout_s / 10))
 
     # ------------------------------------------------------------------ public API
-    def run(self) -> Any:
+    def run(self) -> TrainResult:
         """Create or re-attach, watch to the end, and return the outputs.
 
         Returns:
@@ -407,15 +388,15 @@ class VolcanoLauncher:
         """Delete the Job now (its pods go with it). Returns False if it did not exist."""
         return bool(self._api(self.client.delete_job, self.namespace, self.name))
 
-    def collect(self, job: Optional[Mapping[str, Any]] = None) -> Any:
-        """Read the outputs the gang wrote and return a ``TrainResult``."""
+    def collect(self, job: Optional[Mapping[str, Any]] = None) -> TrainResult:
+        """Read the outputs the gang wrote and return a :class:`~ctr_volcano.backends.TrainResult`."""
         out = self.local_output_dir
         retry = int(((job or {}).get("status") or {}).get("retryCount") or 0)
         if self.spec.object_store is not None:
             # the outputs are in the store; the step reads them (ctr_volcano.volcano.objectstore)
             self.log(f"[volcano] job {self.name} Completed after {retry + 1} attempt(s); outputs in {out}")
-            return result_class()(model_dir=f"{out.rstrip('/')}/model", metrics={}, output_dir=out,
-                                  attempts=retry + 1)
+            return TrainResult(model_dir=f"{out.rstrip('/')}/model", metrics={}, output_dir=out,
+                               attempts=retry + 1)
         model_dir = os.path.join(out, "model")
         metrics_path = os.path.join(out, "metrics.json")
         if not os.path.isfile(metrics_path) or not os.path.isdir(model_dir):
@@ -427,7 +408,7 @@ class VolcanoLauncher:
         with open(metrics_path, encoding="utf-8") as fh:
             metrics = json.load(fh)
         self.log(f"[volcano] job {self.name} Completed after {retry + 1} attempt(s); model in {model_dir}")
-        return result_class()(model_dir=model_dir, metrics=metrics, output_dir=out, attempts=retry + 1)
+        return TrainResult(model_dir=model_dir, metrics=metrics, output_dir=out, attempts=retry + 1)
 
     # ------------------------------------------------------------------ internals
     def _api(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

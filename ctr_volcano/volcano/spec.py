@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.volcano.names import is_dns1035_label, is_dns1123_label, is_dns1123_subdomain
 
 __all__ = ["Resources", "PvcVolume", "SecretEnv", "ObjectStore", "TrainJobSpec", "DEFAULT_PS_PORT",

@@ -14,14 +14,14 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S, TrainingBackend, TrainResult
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.volcano.task_config import EMPTY, TaskPodConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "check_claims", "train_config_of",
-           "run_owner_references"]
+__all__ = ["StepParams", "BACKENDS", "run_training_step", "VolcanoBackend", "build_spec", "check_claims",
+           "train_config_of", "run_owner_references"]
 
 BACKENDS = ("local", "volcano")
 #: How the Volcano gang gets its data and hands its model back: a shared ReadWriteMany claim, or the
@@ -310,7 +310,7 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
         raise BadInput("trainers", params.trainers, f"{where} has only {len(shards)} shard(s); use "
                                                     "at most that many trainers or re-run prep with more shards")
     if init_model:
-        from ctr_volcano.training import check_init_model
+        from ctr_volcano.backends.local import check_init_model
 
         check_init_model(init_model, train_config_of(params), params.pservers,
                          split.hash_buckets if split is not None else None)
@@ -357,8 +357,8 @@ def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str]
 def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
                       on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
                       log: Optional[Callable[[str], None]] = None, client: Any = None,
-                      init_model: Optional[str] = None) -> Any:
-    """Train with ``params.backend`` and leave the exported model in ``model_dir``.
+                      init_model: Optional[str] = None) -> TrainResult:
+    """Train with the backend ``params.backend`` names and leave the exported model in ``model_dir``.
 
     Args:
         data_path: the prep output directory as this process sees it.
@@ -372,18 +372,42 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
             onto the shared claim next to the data, because the pservers load it.
 
     Returns:
-        A ``ctr_volcano.training.TrainResult`` (``model_dir``, ``metrics``, ``output_dir``, ``attempts``).
+        A :class:`~ctr_volcano.backends.TrainResult`.
     """
-    log = log or logger.info
-    if params.backend == "local":
-        from ctr_volcano.training import train_local
+    backend: TrainingBackend
+    if params.backend == "volcano":
+        backend = VolcanoBackend(client)
+    else:
+        from ctr_volcano.backends.local import LocalBackend
 
-        if on_identity:
-            on_identity({"backend": "local", "pservers": params.pservers, "trainers": params.trainers})
-        return train_local(data_path, model_dir, train_config_of(params), pservers=params.pservers,
-                           trainers=params.trainers, max_retry=params.max_retry,
-                           stall_timeout_s=params.stall_timeout_s, log=log, init_model=init_model)
+        backend = LocalBackend()
+    return backend.train(data_path, model_dir, params, on_identity=on_identity, log=log or logger.info,
+                         init_model=init_model)
 
+
+class VolcanoBackend:
+    """The :class:`~ctr_volcano.backends.TrainingBackend` that runs the gang as a Volcano Job.
+
+    Args:
+        client: a ready :class:`~ctr_volcano.volcano.client.KubeClient`; default: one built from
+            ``params.kubeconfig``/in-cluster config for each run (and closed after it).
+    """
+
+    def __init__(self, client: Any = None) -> None:
+        self.client = client
+
+    def train(self, data_path: str, model_dir: str, params: StepParams, *,
+              on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
+              log: Callable[[str], None] = logger.info, init_model: Optional[str] = None) -> TrainResult:
+        """Check the inputs, hand the data over, run the Job and copy the model out (see
+        ``TrainingBackend.train``)."""
+        return _train_volcano(data_path, model_dir, params, on_identity=on_identity, log=log,
+                              client=self.client, init_model=init_model)
+
+
+def _train_volcano(data_path: str, model_dir: str, params: StepParams, *,
+                   on_identity: Optional[Callable[[Dict[str, Any]], None]], log: Callable[[str], None],
+                   client: Any, init_model: Optional[str]) -> TrainResult:
     from ctr_volcano.volcano.client import KubeClient
     from ctr_volcano.volcano.handoff import copy_model_out, prepare_run_dir
     from ctr_volcano.volcano.launcher import VolcanoLauncher

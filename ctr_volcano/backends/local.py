@@ -1,4 +1,4 @@
-"""Train on the local gang backend: the embedded default of ``ctr-volcano train`` and ``train_ctr``.
+"""The local backend: the embedded default of ``ctr-volcano train`` and ``train_ctr``.
 
 :func:`train_local` validates the inputs once, runs a supervised pserver/trainer gang of real processes
 (:mod:`ctr_volcano.local_gang`) that executes the production pod entrypoint, and copies the exported
@@ -12,38 +12,35 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Union
 
+from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S, TrainResult
 from ctr_volcano.errors import BadInput
 from ctr_volcano.outputs import writable_dir
 
 if TYPE_CHECKING:
     from ctr_model.config import TrainConfig
+    from ctr_volcano.volcano.step import StepParams
 
-__all__ = ["TrainResult", "train_local", "check_init_model", "DEFAULT_STALL_TIMEOUT_S"]
+__all__ = ["LocalBackend", "train_local", "check_init_model"]
 
 logger = logging.getLogger(__name__)
 
-#: A trainer printing nothing for this long is considered hung (a dead pserver hangs trainers).
-DEFAULT_STALL_TIMEOUT_S = 300.0
 
+class LocalBackend:
+    """The :class:`~ctr_volcano.backends.TrainingBackend` that runs the gang as local processes."""
 
-@dataclass(frozen=True)
-class TrainResult:
-    """Outcome of a training run (shared by the local and Volcano backends).
+    def train(self, data_path: str, model_dir: str, params: "StepParams", *,
+              on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
+              log: Callable[[str], None] = logger.info, init_model: Optional[str] = None) -> TrainResult:
+        """:func:`train_local` with the step's parameters (see ``TrainingBackend.train``)."""
+        from ctr_volcano.volcano.step import train_config_of
 
-    Attributes:
-        model_dir: the exported model (``ctr_model.infer.load_model`` reads it).
-        metrics: the contents of ``metrics.json`` (per-epoch loss/AUC/examples per second, test metrics).
-        output_dir: the gang's shared output (checkpoints, model, metrics).
-        attempts: how many times the gang was started (1 = no restart).
-    """
-
-    model_dir: str
-    metrics: Dict[str, Any]
-    output_dir: str
-    attempts: int
+        if on_identity:
+            on_identity({"backend": "local", "pservers": params.pservers, "trainers": params.trainers})
+        return train_local(data_path, model_dir, train_config_of(params), pservers=params.pservers,
+                           trainers=params.trainers, max_retry=params.max_retry,
+                           stall_timeout_s=params.stall_timeout_s, log=log, init_model=init_model)
 
 
 def _config_dict(config: Any) -> Dict[str, Any]:
