@@ -47,7 +47,7 @@ def register(subparsers) -> None:
                    help="bucket addressing (default: path, what in-cluster stores serve)")
     if importlib.util.find_spec("ctr_volcano.volcano") is not None:
         try:
-            from ctr_volcano.volcano import add_train_arguments
+            from ctr_volcano.volcano.cli import add_train_arguments
 
             add_train_arguments(p)
         except (ImportError, AttributeError):
@@ -94,7 +94,7 @@ def _handle(args: argparse.Namespace) -> int:
 
     if args.backend == "volcano":
         try:
-            from ctr_volcano.volcano import cli_train
+            from ctr_volcano.volcano.cli import cli_train
         except ImportError:
             raise BadInput("--backend", "volcano", "the Volcano backend is not installed in this build; "
                                                    "use --backend local") from None
