@@ -42,10 +42,9 @@ from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, 
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
-__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR",
+__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "MODEL_DIR",
            "METRICS_FILE", "ENV_SCRATCH_DIR"]
 
-GANG_DIR = "_gang"          # per-run coordination files inside the output dir
 MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"
 MODEL_META = "model_meta.json"
@@ -157,7 +156,7 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
                   f"process holding it or choose another port")
         return EXIT_BAD_INPUT
     nonce = uuid.uuid4().hex
-    ws.write_text(f"{GANG_DIR}/{spec.name}.nonce", nonce)
+    ws.write_text(f"{wsp.GANG_DIR}/{spec.name}.nonce", nonce)
     responder = None
     if isinstance(ws, wsp.StoreWorkspace):
         # trainer 0 loads the checkpoint by path: it must be on this pserver's disk before serving
@@ -176,9 +175,7 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
     finally:
         if responder is not None:
             responder.stop()
-    stop = ws.read_text(f"{GANG_DIR}/stop")
-    stopped = stop is not None and nonce in stop.split()
-    if not stopped:
+    if not wsp.stopped_by_trainer0(ws, nonce):
         log.error(f"{spec.name}: the parameter server returned without being stopped by trainer 0 "
                   f"(look for 'Fail to listen' above: port taken or host name not resolvable)")
         return 3
@@ -415,7 +412,7 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
     progress = _Progress(spec, scope, names, config.progress_secs)
     progress.rows_per_epoch, progress.last_epoch = rows, config.epochs
     progress.start()
-    progress_file = f"{GANG_DIR}/{spec.name}.json"
+    progress_file = f"{wsp.GANG_DIR}/{spec.name}.json"
     history = _load_history(ws, progress_file, start_epoch)
     try:
         for epoch in range(start_epoch + 1, config.epochs + 1):
@@ -482,8 +479,8 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
     fleet.barrier_worker()
     if first:
         _write_metrics(spec, config, ws, start_epoch)
-        nonces = [ws.read_text(f"{GANG_DIR}/{name}.nonce") for name in pserver_names]
-        ws.write_text(f"{GANG_DIR}/stop", "\n".join(n.strip() for n in nonces if n) + "\n")
+        nonces = [ws.read_text(f"{wsp.GANG_DIR}/{name}.nonce") for name in pserver_names]
+        wsp.write_stop(ws, nonces)
         fleet.fleet._runtime_handle._worker.stop_server()
         _log(spec, "pservers stopped")
     fleet.stop_worker()
@@ -543,7 +540,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, start
     per_trainer = {}
     for i in range(spec.trainers):
         try:
-            per_trainer[i] = json.loads(ws.read_text(f"{GANG_DIR}/trainer-{i}.json") or "[]")
+            per_trainer[i] = json.loads(ws.read_text(f"{wsp.GANG_DIR}/trainer-{i}.json") or "[]")
         except ValueError:
             per_trainer[i] = []
     epochs = []

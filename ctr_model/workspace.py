@@ -28,10 +28,15 @@ from typing import Callable, List, Mapping, Optional, Sequence
 from ctr_model import store as s3
 
 __all__ = ["Workspace", "SharedDirWorkspace", "StoreWorkspace", "PublishResponder",
-           "open_workspace", "remote_split", "stage_split", "PUBLISH_DIR", "LOCAL_ROOT", "PUBLISH_TIMEOUT_S"]
+           "open_workspace", "remote_split", "stage_split", "GANG_DIR", "PUBLISH_DIR", "STOP_FILE",
+           "LOCAL_ROOT", "PUBLISH_TIMEOUT_S", "write_stop", "stopped_by_trainer0", "stop_written_since"]
 
+#: Per-run coordination files inside the output (nonces, progress, the stop file, publish requests).
+GANG_DIR = "_gang"
 #: Coordination objects of the publish protocol, under the gang directory.
-PUBLISH_DIR = "_gang/publish"
+PUBLISH_DIR = f"{GANG_DIR}/publish"
+#: Written by trainer 0 once training is done: the nonces of the pservers it stopped, one a line.
+STOP_FILE = f"{GANG_DIR}/stop"
 #: The output's local mirror, relative to the role's scratch (= working) directory.
 LOCAL_ROOT = "out"
 #: How long trainer 0 waits for the pservers to upload what they saved.
@@ -229,6 +234,26 @@ def _respond(ws: StoreWorkspace, role: str, parent: int, interval_s: float, seen
             except Exception as exc:
                 ws.store.write_bytes(ws.uri(f"{PUBLISH_DIR}/{token}.{role}.failed"), str(exc).encode())
     return 0
+
+
+def write_stop(ws: Workspace, nonces: Sequence[Optional[str]]) -> None:
+    """Trainer 0: record that it stops the pservers whose ``nonces`` are given (missing ones skipped)."""
+    ws.write_text(STOP_FILE, "\n".join(n.strip() for n in nonces if n) + "\n")
+
+
+def stopped_by_trainer0(ws: Workspace, nonce: str) -> bool:
+    """A pserver whose server loop returned: was it trainer 0 that stopped this very pserver?"""
+    stop = ws.read_text(STOP_FILE)
+    return stop is not None and nonce in stop.split()
+
+
+def stop_written_since(ws: Workspace, since: float) -> bool:
+    """The supervisor: did trainer 0 write the stop file at or after ``since`` (this attempt's start)?"""
+    try:
+        mtime = ws.mtime(STOP_FILE)
+    except (OSError, ValueError):
+        return False
+    return mtime is not None and mtime >= since
 
 
 def open_workspace(output_dir: str, env: Optional[Mapping[str, str]] = None) -> Workspace:

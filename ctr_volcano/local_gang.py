@@ -355,17 +355,12 @@ class LocalGang:
                 self.log(f"gang {self.gang_id}: {line.split(_ENTRYPOINT_LOGGER, 1)[1]}")
 
     def _stopped_by_trainer0(self) -> bool:
-        from ctr_model.train import GANG_DIR
-        from ctr_model.workspace import open_workspace
+        from ctr_model.workspace import open_workspace, stop_written_since
 
         if self._workspace is None:
             self._workspace = open_workspace(self.spec.output_dir,
                                              {**os.environ, **self.spec.extra_env})
-        try:
-            mtime = self._workspace.mtime(f"{GANG_DIR}/stop")
-        except (OSError, ValueError):
-            return False
-        return mtime is not None and mtime >= self._t_attempt
+        return stop_written_since(self._workspace, self._t_attempt)
 
     def _fail(self, phase: str, proc: _Proc, reason: str, code: Optional[int]) -> TrainingJobFailed:
         return TrainingJobFailed(self.spec.job_id, phase, reason, role=proc.name, exit_code=code,

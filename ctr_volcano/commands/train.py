@@ -5,8 +5,9 @@ Heavy imports stay inside the handler so ``ctr-volcano --help`` is fast.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+
+from ctr_volcano.volcano.cli import add_train_arguments, cli_train
 
 __all__ = ["register"]
 
@@ -45,13 +46,7 @@ def register(subparsers) -> None:
     g.add_argument("--s3-region", default=None, help="signing region (default: $CTR_S3_REGION or us-east-1)")
     g.add_argument("--s3-addressing", choices=("path", "virtual"), default=None,
                    help="bucket addressing (default: path, what in-cluster stores serve)")
-    if importlib.util.find_spec("ctr_volcano.volcano") is not None:
-        try:
-            from ctr_volcano.volcano.cli import add_train_arguments
-
-            add_train_arguments(p)
-        except (ImportError, AttributeError):
-            pass
+    add_train_arguments(p)
     p.set_defaults(func=_handle)
 
 
@@ -90,14 +85,7 @@ def store_env(args: argparse.Namespace) -> dict:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from ctr_volcano.errors import BadInput
-
     if args.backend == "volcano":
-        try:
-            from ctr_volcano.volcano.cli import cli_train
-        except ImportError:
-            raise BadInput("--backend", "volcano", "the Volcano backend is not installed in this build; "
-                                                   "use --backend local") from None
         if args.epochs is None or args.batch_size is None or args.lr is None:
             from ctr_model.config import TrainConfig
 
