@@ -38,7 +38,14 @@ from ctr_model import store as s3
 from ctr_model import workspace as wsp
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
-from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, resolve_split
+from ctr_model.data import (
+    DataError,
+    SplitInfo,
+    assign_shards,
+    check_enough_shards,
+    convert_shards,
+    resolve_split,
+)
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
@@ -285,9 +292,7 @@ def _train_split(spec: RoleSpec, ws: wsp.Workspace):
         return split, len(split.files), mine, lambda: mine
 
     def select(files: List[str]) -> List[str]:
-        if len(files) < spec.trainers:
-            raise DataError(f"{spec.data_dir} has {len(files)} shards for {spec.trainers} trainers: "
-                            f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+        check_enough_shards(spec.data_dir, len(files), spec.trainers)
         return assign_shards(files, spec.index, spec.trainers)
 
     client = ws.store if isinstance(ws, wsp.StoreWorkspace) else s3.Store(s3.StoreConfig.from_env())
@@ -322,9 +327,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
         raise ConfigError("hash_buckets", config.hash_buckets,
                           f"the data in {split.path} was hashed into {split.hash_buckets} buckets; "
                           f"set hash_buckets to {split.hash_buckets}")
-    if n_files < spec.trainers:
-        raise DataError(f"{split.path} has {n_files} shards for {spec.trainers} trainers: "
-                        f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+    check_enough_shards(split.path, n_files, spec.trainers)
     if not s3.is_uri(spec.data_dir):
         check_test_split(spec.data_dir, split)   # trainer 0 scores it after training: fail before
     init = None

@@ -281,7 +281,7 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
             no shards.
     """
     from ctr_model.data import DataError
-    from ctr_model.features import RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION
+    from ctr_model.features import RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION, is_shard_name
 
     client.check_prefix(data_uri)
     candidate = s3.join(data_uri, split)
@@ -304,8 +304,7 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
         raise DataError(f"{src}/{SCHEMA_FILE}: schema_version {found!r}, columns as written by "
                         f"another version; this code expects {SCHEMA_VERSION}: re-run `ctr-volcano "
                         f"prep` with this version")
-    remote = sorted(n for n, is_dir in client.list(src)
-                    if not is_dir and n.startswith("part-") and n.endswith(".parquet"))
+    remote = sorted(n for n, is_dir in client.list(src) if not is_dir and is_shard_name(n))
     if not remote:
         raise DataError(f"{src} has no part-*.parquet shards: re-run `ctr-volcano prep`")
     return src, remote, schema

@@ -307,22 +307,22 @@ def find_split_dir(data_dir: str) -> str:
     Accepts a split directory itself (the ``test_data`` artifact of the prep component) or a prep
     output root with a ``test/`` split inside (what ``ctr-volcano prep --out DIR`` writes).
     """
+    from ctr_model.data import split_dir_of
     from ctr_model.features import SCHEMA_FILE
 
     if not os.path.isdir(data_dir):
         raise BadInput("data", data_dir, "pass an existing directory: the prep output or its test/ split")
-    if os.path.isfile(os.path.join(data_dir, SCHEMA_FILE)):
-        return data_dir
-    test_dir = os.path.join(data_dir, "test")
-    if os.path.isfile(os.path.join(test_dir, SCHEMA_FILE)):
-        return test_dir
+    split_dir = split_dir_of(data_dir, "test", accept_self=True)
+    if split_dir is not None and os.path.isfile(os.path.join(split_dir, SCHEMA_FILE)):
+        return split_dir
     raise BadInput("data", data_dir, f"no {SCHEMA_FILE} here or in test/: point at the test split written "
                                      "by the prep step (ctr-volcano prep)")
 
 
 def _parquet_parts(split_dir: str) -> List[str]:
-    parts = sorted(os.path.join(split_dir, f) for f in os.listdir(split_dir)
-                   if f.startswith("part-") and f.endswith(".parquet"))
+    from ctr_model.features import shard_files
+
+    parts = shard_files(split_dir)
     if not parts:
         raise BadInput("data", split_dir, "the split holds no part-*.parquet shards; rerun the prep step")
     return parts

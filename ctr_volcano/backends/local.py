@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Union
 
-from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S, TrainResult
+from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S, TrainResult, check_train_data
 from ctr_volcano.errors import BadInput
 from ctr_volcano.outputs import writable_dir
 
@@ -115,8 +115,6 @@ def train_local(data_dir: str, model_dir: str,
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
     from ctr_model import store as s3
-    from ctr_model.data import DataError, resolve_split
-    from ctr_model.train import check_test_split
     from ctr_volcano.local_gang import GangSpec, LocalGang
 
     log = log or logger.info
@@ -128,27 +126,10 @@ def train_local(data_dir: str, model_dir: str,
             client = s3.Store(s3.StoreConfig.from_env(env))
         except s3.StoreError as exc:
             raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
-    if s3.is_uri(os.fspath(data_dir)):
-        from ctr_model.workspace import remote_split
-
-        assert client is not None   # made above for s3:// data
-
-        try:
-            split_uri, shards, _schema = remote_split(client, data_dir, "train")
-        except (DataError, s3.StoreError) as exc:
-            raise BadInput("data_dir", data_dir, str(exc)) from None
-        n_shards, hash_buckets = len(shards), 0
-    else:
+    if not s3.is_uri(os.fspath(data_dir)):
         data_dir = os.path.abspath(os.fspath(data_dir))
-        try:
-            split = resolve_split(data_dir, "train")
-            check_test_split(data_dir, split)   # scored after training: a bad one must fail before it
-        except DataError as exc:
-            raise BadInput("data_dir", data_dir, str(exc)) from None
-        split_uri, n_shards, hash_buckets = split.path, len(split.files), split.hash_buckets
-    if n_shards < trainers:
-        raise BadInput("trainers", trainers, f"{split_uri} has only {n_shards} shard(s); use at "
-                                             f"most that many trainers or re-run prep with more shards")
+    hash_buckets = check_train_data(data_dir, trainers, field="data_dir",
+                                    client=client if s3.is_uri(data_dir) else None).hash_buckets
     if output_dir is not None and not s3.is_uri(output_dir):
         raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
                                                  "for a local output")

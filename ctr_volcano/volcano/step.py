@@ -285,35 +285,17 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
     ``client`` (a :class:`ctr_model.store.Store`) when ``data_path`` is an ``s3://`` URI.
     """
     from ctr_model.config import ConfigError, TrainConfig
-    from ctr_model.data import DataError, resolve_split
-    from ctr_model.features import SchemaMismatch
-    from ctr_model.store import StoreError
-    from ctr_model.train import check_test_split
+    from ctr_volcano.backends import check_train_data
 
     try:
         TrainConfig.from_dict(train_config_of(params))
     except ConfigError as exc:
         raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
-    try:
-        split = None
-        if client is not None:
-            from ctr_model.workspace import remote_split
-
-            where, shards, _schema = remote_split(client, data_path, "train")
-        else:
-            split = resolve_split(data_path, "train")
-            check_test_split(data_path, split)
-            where, shards = split.path, split.files
-    except (DataError, SchemaMismatch, StoreError) as exc:
-        raise BadInput("train_data", data_path, str(exc)) from None
-    if len(shards) < params.trainers:
-        raise BadInput("trainers", params.trainers, f"{where} has only {len(shards)} shard(s); use "
-                                                    "at most that many trainers or re-run prep with more shards")
+    data = check_train_data(data_path, params.trainers, field="train_data", client=client)
     if init_model:
         from ctr_volcano.backends.local import check_init_model
 
-        check_init_model(init_model, train_config_of(params), params.pservers,
-                         split.hash_buckets if split is not None else None)
+        check_init_model(init_model, train_config_of(params), params.pservers, data.hash_buckets or None)
 
 
 def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str] = None,
