@@ -48,6 +48,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ctr_model.atomic import write_json
+
 __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
     "RAW_COLUMNS", "DEFAULT_HASH_BUCKETS", "SCHEMA_FILE", "MIN_HASH_BUCKETS", "HASH_VERSION",
@@ -399,11 +401,7 @@ def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
     }
     if files is not None:
         doc["files"] = [dict(f) for f in files]
-    tmp = os.path.join(split_dir, SCHEMA_FILE + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, os.path.join(split_dir, SCHEMA_FILE))
+    write_json(os.path.join(split_dir, SCHEMA_FILE), doc)
     return doc
 
 

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from ctr_model import checkpoint as ckpt
 from ctr_model import store as s3
 from ctr_model import workspace as wsp
+from ctr_model.atomic import write_json
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
 from ctr_model.data import (
@@ -525,10 +526,7 @@ def _load_history(ws: wsp.Workspace, rel: str, start_epoch: int) -> list:
 
 
 def _write_json(path: str, data) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, data, indent=1, sort_keys=True)
 
 
 def _model_meta(spec: RoleSpec, config: TrainConfig) -> dict:

@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Callable, List, Mapping, Optional, Sequence
 
+from ctr_model import atomic
 from ctr_model import store as s3
 
 __all__ = ["Workspace", "SharedDirWorkspace", "StoreWorkspace", "PublishResponder",
@@ -93,10 +94,7 @@ class SharedDirWorkspace(Workspace):
     def write_text(self, rel: str, text: str) -> None:
         path = self.local(rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        atomic.write_text(path, text)
 
     def mtime(self, rel: str) -> Optional[float]:
         try:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ctr_model.atomic import write_json
 from ctr_volcano.errors import BadInput
 
 __all__ = ["run_backfill", "BACKFILL_FILE"]
@@ -104,7 +105,5 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     summary = {"registry": registry, "model_name": model_name,
                "champion": champion.version if champion else None, "days": records,
                "params": args, "data_uri": local_uri}
-    tmp = work / f".{BACKFILL_FILE}.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, work / BACKFILL_FILE)
+    write_json(str(work / BACKFILL_FILE), summary, sort_keys=True)
     return summary

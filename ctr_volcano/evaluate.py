@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ctr_model import metrics as _metrics
+from ctr_model.checks import is_int
 from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 from ctr_volcano.outputs import writable_dir
@@ -387,7 +388,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
         BadInput: missing model or data, schema mismatch, a row count that does not match the split's
             ``schema.json``, or a single-class test split.
     """
-    if batch_size < 1:
+    if not is_int(batch_size, 1):
         raise BadInput("batch_size", batch_size, "use a positive number of rows per batch, e.g. 8192")
     if not 0.0 <= threshold <= 1.0:
         raise BadInput("threshold", threshold, "use a probability threshold in [0, 1], e.g. 0.5")

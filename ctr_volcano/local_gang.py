@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ctr_model.checks import is_int, is_positive
 from ctr_model.contract import (
     ENV_VOLCANO_DIR,
     EXIT_BAD_INPUT,
@@ -99,11 +100,11 @@ class GangSpec:
 
         for name in ("pservers", "trainers"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+            if not is_int(value, 1, 64):
                 raise BadInput(name, value, "use an integer in 1..64")
-        if isinstance(self.max_retry, bool) or not isinstance(self.max_retry, int) or self.max_retry < 0:
+        if not is_int(self.max_retry, 0):
             raise BadInput("max_retry", self.max_retry, "use an integer >= 0")
-        if not self.stall_timeout_s > 0:
+        if not is_positive(self.stall_timeout_s):
             raise BadInput("stall_timeout_s", self.stall_timeout_s, "use a positive number of seconds")
 
 

@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from ctr_model.atomic import write_json
 from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted, TransientError
 
 __all__ = [
@@ -326,9 +327,7 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
         "seconds": round(seconds, 1),
         "params": merged,
     }
-    tmp = work / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, work / "summary.json")
+    write_json(str(work / "summary.json"), summary, sort_keys=True)
     return summary
 
 

@@ -85,20 +85,21 @@ def store_env(args: argparse.Namespace) -> dict:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    config = _config(args)
     if args.backend == "volcano":
         if args.epochs is None or args.batch_size is None or args.lr is None:
             from ctr_model.config import TrainConfig
 
-            base = TrainConfig.from_dict(_config(args))
+            base = TrainConfig.from_dict(config)
             args.epochs = base.epochs if args.epochs is None else args.epochs
             args.batch_size = base.batch_size if args.batch_size is None else args.batch_size
             args.lr = base.learning_rate if args.lr is None else args.lr
-        return int(cli_train(args) or 0)
+        return int(cli_train(args, config) or 0)
 
     from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S
     from ctr_volcano.backends.local import train_local
 
-    result = train_local(args.data, args.model_out, _config(args), pservers=args.pservers,
+    result = train_local(args.data, args.model_out, config, pservers=args.pservers,
                          trainers=args.trainers, max_retry=args.max_retry,
                          stall_timeout_s=args.stall_timeout or DEFAULT_STALL_TIMEOUT_S,
                          workdir=args.workdir, output_dir=args.output, store_env=store_env(args))

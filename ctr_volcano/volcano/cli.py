@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Mapping, Optional
+
+from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
 
 __all__ = ["add_train_arguments", "cli_train"]
 
@@ -30,7 +32,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--s3-root", default=None, metavar="S3_URI",
                    help="s3: where run directories go (default: s3://<data bucket>/ctr-runs)")
     g.add_argument("--pvc-name", default=None, help="shared ReadWriteMany PVC for data and model handoff")
-    g.add_argument("--pvc-mount-path", default="/mnt/ctr",
+    g.add_argument("--pvc-mount-path", default=PVC_MOUNT_PATH,
                    help="where the PVC is mounted here and in the gang's pods (default: %(default)s)")
     g.add_argument("--schedule-timeout", type=int, default=600, metavar="SECONDS",
                    help="fail (and delete the Job) if the gang stays Pending this long (default: %(default)s)")
@@ -51,12 +53,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="how often a Pending gang's reason is printed")
 
 
-def cli_train(args: Any) -> int:
+def cli_train(args: Any, config: Optional[Mapping[str, Any]] = None) -> int:
     """``ctr-volcano train --backend volcano``: submit, watch, and copy the model to ``--model-out``.
 
     Reads the shared flags registered by the ``train`` verb (``data``, ``model_out``, ``pservers``,
     ``trainers``, ``epochs``, ``batch_size``, ``lr``, ``max_retry``) and the flags of
-    :func:`add_train_arguments`. Returns the exit code (0 on success).
+    :func:`add_train_arguments`; ``config`` is the TrainConfig the verb read from ``--config`` (the
+    flags above win over it). Returns the exit code (0 on success).
     """
     import json
 
@@ -67,27 +70,18 @@ def cli_train(args: Any) -> int:
         return getattr(args, name, default)
 
     ttl = opt("ttl", 3600)
-    config = {}
-    if opt("config"):
-        from ctr_volcano.errors import BadInput
-
-        try:
-            with open(args.config, encoding="utf-8") as fh:
-                config = json.load(fh)
-        except (OSError, ValueError) as exc:
-            raise BadInput("--config", args.config, f"cannot read a JSON object ({exc})") from None
     params = StepParams(
         backend="volcano", pservers=args.pservers, trainers=args.trainers, epochs=args.epochs,
         batch_size=args.batch_size, learning_rate=args.lr, max_retry=args.max_retry,
         namespace=opt("namespace"), image=opt("image"), queue=opt("queue", "default"),
         priority_class=opt("priority_class"), pvc_name=opt("pvc_name"),
-        pvc_mount_path=opt("pvc_mount_path", "/mnt/ctr"), schedule_timeout_s=opt("schedule_timeout", 600),
+        pvc_mount_path=opt("pvc_mount_path", PVC_MOUNT_PATH), schedule_timeout_s=opt("schedule_timeout", 600),
         stall_timeout_s=opt("stall_timeout") or DEFAULT_STALL_TIMEOUT_S,
         run_id=opt("run_id"), task_name=opt("task_name", "train-ctr"), job_name=opt("job_name"),
         service_account=opt("service_account"), cpu=opt("cpu", "1"), memory=opt("memory", "2Gi"),
         gpus=opt("gpus", 0), ttl_seconds_after_finished=None if ttl == -1 else ttl,
         kubeconfig=opt("kubeconfig"), context=opt("context"), poll_s=opt("poll", 5.0),
-        explain_every_s=opt("explain_every", 30.0), config=config,
+        explain_every_s=opt("explain_every", 30.0), config=dict(config or {}),
         artifact_store=opt("artifact_store", "pvc"), s3_endpoint=opt("s3_endpoint"),
         s3_secret=opt("s3_secret"), s3_region=opt("s3_region") or "us-east-1",
         s3_root=opt("s3_root"))

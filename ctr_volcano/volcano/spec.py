@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ctr_model.checks import is_int, is_positive
 from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.errors import BadInput
 from ctr_volcano.volcano.names import is_dns1035_label, is_dns1123_label, is_dns1123_subdomain
@@ -84,7 +85,7 @@ class Resources:
             if number is not None and float(number.group()) == 0:
                 raise BadInput(name, value, "use a positive quantity: a zero limit makes every pod "
                                             "unschedulable or OOM-killed at once")
-        if not isinstance(self.gpu, int) or self.gpu < 0:
+        if not is_int(self.gpu, 0):
             raise BadInput("gpu", self.gpu, "use a whole number of GPUs >= 0")
         if "/" not in self.gpu_resource:
             raise BadInput("gpu_resource", self.gpu_resource,
@@ -361,7 +362,7 @@ class TrainJobSpec:
             raise BadInput("object_store", self.object_store, "pass an ObjectStore or None")
         for name in ("pservers", "trainers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
+            if not is_int(value, 1, 1000):
                 raise BadInput(name, value, "use a whole number between 1 and 1000")
         if not is_dns1123_subdomain(self.queue):
             raise BadInput("queue", self.queue, "name an existing Open Volcano queue, e.g. 'default'")
@@ -369,24 +370,22 @@ class TrainJobSpec:
             raise BadInput("queue", self.queue, "'root' is not a leaf queue; use 'default' or a child queue")
         if self.priority_class is not None and not is_dns1123_subdomain(self.priority_class):
             raise BadInput("priority_class", self.priority_class, "name an existing PriorityClass or leave it empty")
-        if not isinstance(self.max_retry, int) or not 0 <= self.max_retry <= 100:
+        if not is_int(self.max_retry, 0, 100):
             raise BadInput("max_retry", self.max_retry, "use a whole number of restarts between 0 and 100")
-        if self.ttl_seconds_after_finished is not None and (
-                not isinstance(self.ttl_seconds_after_finished, int) or self.ttl_seconds_after_finished < 0):
+        if self.ttl_seconds_after_finished is not None and not is_int(self.ttl_seconds_after_finished, 0):
             raise BadInput("ttl_seconds_after_finished", self.ttl_seconds_after_finished,
                            "use seconds >= 0; to keep finished Jobs pass -1 (command line, pipeline) or None (Python)")
         if self.pserver_resources.gpu:
             raise BadInput("pserver_resources.gpu", self.pserver_resources.gpu,
                            "pservers only serve tables and never use a GPU: set GPUs on the trainers")
-        if not isinstance(self.schedule_timeout_s, int) or self.schedule_timeout_s < 1:
+        if not is_int(self.schedule_timeout_s, 1):
             raise BadInput("schedule_timeout_s", self.schedule_timeout_s, "use seconds >= 1")
-        if isinstance(self.stall_timeout_s, bool) or not isinstance(self.stall_timeout_s, (int, float)) \
-                or not self.stall_timeout_s > 0:
+        if not is_positive(self.stall_timeout_s):
             raise BadInput("stall_timeout_s", self.stall_timeout_s,
                            "use a positive number of seconds (trainers log progress every 10 s)")
         for name in ("ps_port", "gloo_port"):
             value = getattr(self, name)
-            if not isinstance(value, int) or not 1024 <= value <= 65535:
+            if not is_int(value, 1024, 65535):
                 raise BadInput(name, value, "use an unprivileged TCP port in 1024..65535 (pods run as non-root)")
         if self.ps_port == self.gloo_port:
             raise BadInput("gloo_port", self.gloo_port, "use a port different from ps_port")

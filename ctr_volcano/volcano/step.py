@@ -14,8 +14,10 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from ctr_model.checks import is_int, is_positive
 from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S, TrainingBackend, TrainResult
 from ctr_volcano.errors import BadInput
+from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
 from ctr_volcano.volcano.task_config import EMPTY, TaskPodConfig
 
 logger = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class StepParams:
     priority_class: Optional[str] = None
     artifact_store: str = "pvc"
     pvc_name: Optional[str] = None
-    pvc_mount_path: str = "/mnt/ctr"
+    pvc_mount_path: str = PVC_MOUNT_PATH
     schedule_timeout_s: int = 600
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     run_id: Optional[str] = None
@@ -127,16 +129,15 @@ class StepParams:
             raise BadInput("backend", self.backend, f"use one of {', '.join(BACKENDS)}")
         for name in ("pservers", "trainers", "epochs", "batch_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value, 1):
                 raise BadInput(name, value, "use a whole number >= 1")
-        if not isinstance(self.learning_rate, (int, float)) or not self.learning_rate > 0:
+        if not is_positive(self.learning_rate):
             raise BadInput("learning_rate", self.learning_rate, "use a positive number such as 0.001")
-        if not isinstance(self.max_retry, int) or self.max_retry < 0:
+        if not is_int(self.max_retry, 0):
             raise BadInput("max_retry", self.max_retry, "use a whole number >= 0")
-        if not isinstance(self.gpus, int) or self.gpus < 0:
+        if not is_int(self.gpus, 0):
             raise BadInput("gpus", self.gpus, "use a whole number >= 0")
-        if isinstance(self.stall_timeout_s, bool) or not isinstance(self.stall_timeout_s, (int, float)) \
-                or not self.stall_timeout_s > 0:
+        if not is_positive(self.stall_timeout_s):
             raise BadInput("stall_timeout_s", self.stall_timeout_s,
                            "use a positive number of seconds (trainers log progress every 10 s)")
         if self.poll_s <= 0 or self.explain_every_s <= 0:
