@@ -120,25 +120,12 @@ def train_local(data_dir: str, model_dir: str,
     log = log or logger.info
     cfg = _config_dict(config)
     env = dict(os.environ if store_env is None else store_env)
-    client = None
-    if s3.is_uri(os.fspath(data_dir)) or (output_dir and s3.is_uri(output_dir)):
-        try:
-            client = s3.Store(s3.StoreConfig.from_env(env))
-        except s3.StoreError as exc:
-            raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
+    client = _store_client(os.fspath(data_dir), output_dir, env)
     if not s3.is_uri(os.fspath(data_dir)):
         data_dir = os.path.abspath(os.fspath(data_dir))
     hash_buckets = check_train_data(data_dir, trainers, field="data_dir",
                                     client=client if s3.is_uri(data_dir) else None).hash_buckets
-    if output_dir is not None and not s3.is_uri(output_dir):
-        raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
-                                                 "for a local output")
-    if output_dir:
-        assert client is not None   # made above for an s3:// output
-        try:
-            client.check_bucket(output_dir)
-        except s3.StoreError as exc:
-            raise BadInput("output_dir", output_dir, str(exc)) from None
+    _check_output_prefix(output_dir, client)
     if "hash_buckets" in cfg and hash_buckets and cfg["hash_buckets"] != hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
                        f"the data was hashed into {hash_buckets} buckets; drop the field or use that")
@@ -163,18 +150,7 @@ def train_local(data_dir: str, model_dir: str,
             shutil.rmtree(workdir, ignore_errors=True)
         raise
     result = LocalGang(spec, log=log).run()
-    for name in os.listdir(model_dir):
-        path = os.path.join(model_dir, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    if in_store:
-        assert client is not None
-        client.download(s3.join(output_dir, "model"), model_dir)
-        metrics = json.loads((client.read_bytes(s3.join(output_dir, "metrics.json")) or b"{}").decode())
-    else:
-        src = os.path.join(output_dir, "model")
-        shutil.copytree(src, model_dir, dirs_exist_ok=True)
-        with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
-            metrics = json.load(fh)
+    metrics = _copy_model_out(output_dir, model_dir, client if in_store else None)
     if own_workdir and not in_store:
         # nobody can resume from a temp dir: keep logs and metrics, drop the bulky tables
         shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
@@ -185,3 +161,48 @@ def train_local(data_dir: str, model_dir: str,
         + (f"; test auc {metrics['test']['auc']:.4f}" if "test" in metrics else ""))
     return TrainResult(model_dir=model_dir, metrics=metrics, output_dir=output_dir,
                        attempts=result.attempts)
+
+
+def _store_client(data_dir: str, output_dir: Optional[str], env: Mapping[str, str]) -> Any:
+    """The object-store client for ``s3://`` data or output (``None`` when neither is in a store)."""
+    from ctr_model import store as s3
+
+    if not (s3.is_uri(data_dir) or (output_dir and s3.is_uri(output_dir))):
+        return None
+    try:
+        return s3.Store(s3.StoreConfig.from_env(env))
+    except s3.StoreError as exc:
+        raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
+
+
+def _check_output_prefix(output_dir: Optional[str], client: Any) -> None:
+    """An explicit ``output_dir`` must be an ``s3://`` prefix in a bucket that exists."""
+    from ctr_model import store as s3
+
+    if output_dir is None:
+        return
+    if not s3.is_uri(output_dir):
+        raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
+                                                 "for a local output")
+    try:
+        client.check_bucket(output_dir)
+    except s3.StoreError as exc:
+        raise BadInput("output_dir", output_dir, str(exc)) from None
+
+
+def _copy_model_out(output_dir: str, model_dir: str, client: Any) -> Dict[str, Any]:
+    """Replace ``model_dir``'s contents by the gang's exported model; returns its ``metrics.json``.
+
+    ``client`` when ``output_dir`` is an ``s3://`` prefix, else ``None``.
+    """
+    from ctr_model import store as s3
+
+    for name in os.listdir(model_dir):
+        path = os.path.join(model_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if client is not None:
+        client.download(s3.join(output_dir, "model"), model_dir)
+        return dict(json.loads((client.read_bytes(s3.join(output_dir, "metrics.json")) or b"{}").decode()))
+    shutil.copytree(os.path.join(output_dir, "model"), model_dir, dirs_exist_ok=True)
+    with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
+        return dict(json.load(fh))

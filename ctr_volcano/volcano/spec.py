@@ -335,6 +335,15 @@ class TrainJobSpec:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
+        self._check_identity()
+        self._check_storage()
+        self._check_scheduling()
+        self._check_volumes()
+        self._check_env_and_metadata()
+        self._check_pod_settings()
+
+    def _check_identity(self) -> None:
+        """Name (and the pod names derived from it), namespace, image."""
         if not is_dns1035_label(self.name):
             raise BadInput("name", self.name,
                            "use a DNS-1035 label (lower-case letters, digits and '-', starting with a "
@@ -349,6 +358,9 @@ class TrainJobSpec:
             raise BadInput("namespace", self.namespace, "use an existing namespace's name (DNS-1123 label)")
         if not self.image or any(c.isspace() for c in self.image):
             raise BadInput("image", self.image, "give the trainer image reference, e.g. registry/ctr-trainer:0.1.0")
+
+    def _check_storage(self) -> None:
+        """Init model, data and output: absolute paths on a shared volume, or s3:// URIs."""
         if self.init_model is not None and not self.init_model.startswith("/"):
             raise BadInput("init_model", self.init_model, "use an absolute path on a volume every pod mounts")
         for name in ("data_dir", "output_dir"):
@@ -360,6 +372,9 @@ class TrainJobSpec:
                 raise BadInput(name, value, "use an absolute path on a volume every pod mounts")
         if self.object_store is not None and not isinstance(self.object_store, ObjectStore):
             raise BadInput("object_store", self.object_store, "pass an ObjectStore or None")
+
+    def _check_scheduling(self) -> None:
+        """Gang size, queue, priority, retries, TTL, timeouts, ports, service account, image pulls."""
         for name in ("pservers", "trainers"):
             value = getattr(self, name)
             if not is_int(value, 1, 1000):
@@ -396,6 +411,9 @@ class TrainJobSpec:
                 raise BadInput("image_pull_secrets", secret, "name an existing docker-registry Secret")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise BadInput("image_pull_policy", self.image_pull_policy, "use Always, IfNotPresent or Never")
+
+    def _check_volumes(self) -> None:
+        """Claims and passed-through volumes: distinct names and mount paths, none over the builder's."""
         for item in self.volumes:
             if not isinstance(item, PvcVolume):
                 raise BadInput("volumes", item, "pass PvcVolume objects")
@@ -417,6 +435,9 @@ class TrainJobSpec:
                                               f"volumes elsewhere")
         if any(m == "/etc/volcano" or m.startswith("/etc/volcano/") for m in mounts):
             raise BadInput("volumes", mounts, "do not mount over /etc/volcano (Volcano's svc plugin uses it)")
+
+    def _check_env_and_metadata(self) -> None:
+        """Environment variables (none in the launcher's namespaces), labels and annotations."""
         for secret_env in self.env_from_secrets:
             if not isinstance(secret_env, SecretEnv):
                 raise BadInput("env_from_secrets", secret_env, "pass SecretEnv objects")
@@ -443,6 +464,9 @@ class TrainJobSpec:
         for key, _ in self.annotations:
             if not _LABEL_KEY.match(str(key)):
                 raise BadInput("annotations", key, "use Kubernetes annotation key syntax")
+
+    def _check_pod_settings(self) -> None:
+        """Tolerations, owners, affinity, user, scheduler, shared memory and the training config."""
         for i, tol in enumerate(self.tolerations):
             if not isinstance(tol, Mapping):
                 raise BadInput(f"tolerations[{i}]", tol, "pass Kubernetes toleration objects (dicts)")
