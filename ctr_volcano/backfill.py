@@ -50,7 +50,6 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     from ctr_volcano.pipeline_run import LOCAL_OVERRIDES, _fresh_run_dir, pipeline_parameters, run_in_kfp_local
     from ctr_volcano.registry import ModelRegistry
     from ctr_volcano.window import resolve_window
-    from pipelines.ctr_retraining_pipeline import ctr_retraining_pipeline_local
 
     try:
         first = _dt.date.fromisoformat(start_date)
@@ -85,7 +84,7 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         before = {v.version for v in reg.versions()}
         _log.info("back-fill %d/%d: run date %s", k + 1, days, run_date)
         task, seconds = run_in_kfp_local(
-            ctr_retraining_pipeline_local,
+            "pipelines.ctr_retraining_pipeline:ctr_retraining_pipeline_local",
             {**args, "data_uri": local_uri, "registry": registry, "run_date": run_date},
             _fresh_run_dir(work))
         with open(task.outputs["gate_metrics"].path) as fh:
