@@ -12,12 +12,12 @@ INSTALL_REQUIRES = [
     "kfp-kubernetes==2.17.3",
     "kubernetes==30.1.0",
     "PyYAML==6.0.3",
+    "jsonschema==4.26.0",  # `ctr-volcano render-job --check-crd` validates against the Volcano CRD
 ]
 
 TEST_REQUIRES = [
     "pytest==9.2.0",
     "pytest-timeout==2.4.0",
-    "jsonschema==4.26.0",
     "scikit-learn==1.9.1",
     "nbformat==5.11.1",
     "nbclient==0.11.0",
@@ -42,7 +42,13 @@ setup(
     packages=find_packages(include=["ctr_volcano", "ctr_volcano.*", "ctr_model", "ctr_model.*",
                                     "components", "components.*", "pipelines", "pipelines.*"]),
     package_data={"components": ["*.yaml"], "pipelines": ["*.yaml"]},
-    python_requires=">=3.9,<3.12",
+    # pandas 3 needs Python 3.11; 3.11 is what the code and the tests are run with
+    python_requires=">=3.11,<3.12",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.11",
+    ],
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": TEST_REQUIRES + BENCH_REQUIRES, "bench": BENCH_REQUIRES},
     entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.cli:main"]},

@@ -1,6 +1,6 @@
 """Shared steps of the end-to-end benchmarks: make prepped data, run a probed local gang.
 
-The gang is the product's own (:func:`ctr_volcano.training.train_local`, the production entrypoint
+The gang is the product's own (:func:`ctr_volcano.backends.local.train_local`, the production entrypoint
 in every role); the only addition is ``bench/probe/sitecustomize.py`` on the roles' ``PYTHONPATH``,
 which records each process's spawn/exit time and peak RSS (and, if asked, a cProfile of its main
 thread). Nothing in ``ctr_model`` or ``ctr_volcano`` is changed or patched.
@@ -86,7 +86,7 @@ def run_probed_gang(data: str, workdir: str, config: Dict[str, Any], pservers: i
         ``{"wall_s", "t_call", "t_return", "metrics", "probes": [...], "probe_dir", "output_dir",
         "model_dir"}``; the probes are sorted trainers first, by index.
     """
-    from ctr_volcano.training import train_local
+    from ctr_volcano.backends.local import train_local
 
     probe_out = os.path.join(workdir, "probes")
     for old in (probe_out, os.path.join(workdir, "run"), os.path.join(workdir, "model")):

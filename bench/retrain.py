@@ -43,9 +43,9 @@ def main(argv=None) -> int:
 
     import datetime as dt
 
+    from ctr_volcano.backends.local import train_local
     from ctr_volcano.daily_data import day_dir, generate_days
     from ctr_volcano.prep import PrepConfig, prep
-    from ctr_volcano.training import train_local
 
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)

@@ -3,7 +3,7 @@
 Thin adapter over :func:`ctr_volcano.volcano.step.run_training_step`, which is tested without KFP:
 
 * ``backend="local"`` (the embedded default, used when no cluster is configured) runs the
-  pserver/trainer gang as local processes through ``ctr_volcano.training.train_local``;
+  pserver/trainer gang as local processes through ``ctr_volcano.backends.local.train_local``;
 * ``backend="volcano"`` is a remote runner: it creates (or, for a retried step, re-attaches to) a
   gang-scheduled Volcano Job, streams its pods' logs into this step's log, explains a gang stuck
   Pending, deletes the Job on SIGTERM, and hands data and model over through a shared ReadWriteMany

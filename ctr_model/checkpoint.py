@@ -14,6 +14,8 @@ import shutil
 from dataclasses import dataclass
 from typing import List, Optional
 
+from ctr_model.atomic import write_json
+
 __all__ = ["COMPLETE_MARKER", "Checkpoint", "checkpoint_root", "epoch_dir", "latest_complete",
            "mark_complete", "prune"]
 
@@ -65,10 +67,7 @@ def latest_complete(output_dir: str) -> Optional[Checkpoint]:
 
 def mark_complete(path: str, meta: dict) -> None:
     """Write ``meta.json`` and then the marker (atomically, in that order)."""
-    tmp = os.path.join(path, "meta.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(meta, fh, indent=1, sort_keys=True)
-    os.replace(tmp, os.path.join(path, "meta.json"))
+    write_json(os.path.join(path, "meta.json"), meta, indent=1, sort_keys=True)
     with open(os.path.join(path, COMPLETE_MARKER), "w", encoding="utf-8") as fh:
         fh.write("ok\n")
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping, Tuple
 
+from ctr_model.checks import is_int, is_positive
 from ctr_model.features import DEFAULT_HASH_BUCKETS
 
 __all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
@@ -72,7 +73,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         def positive_int(name: str, upper: int = 1 << 31) -> None:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper:
+            if not is_int(value, 1, upper):
                 raise ConfigError(name, value, f"use an integer in 1..{upper}")
 
         for name in ("embedding_dim", "batch_size", "threads", "print_every", "keep_checkpoints",
@@ -80,18 +81,18 @@ class TrainConfig:
             positive_int(name)
         positive_int("epochs", 1000)
         positive_int("hash_buckets", 1 << 62)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if not is_int(self.seed, 0):
             raise ConfigError("seed", self.seed, "use a non-negative integer")
         sizes = self.fc_sizes
         if isinstance(sizes, list):
             object.__setattr__(self, "fc_sizes", tuple(sizes))
             sizes = self.fc_sizes
         if (not isinstance(sizes, tuple) or not sizes
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)):
+                or not all(is_int(s, 1) for s in sizes)):
             raise ConfigError("fc_sizes", sizes, "use a non-empty list of positive integers, e.g. [256, 128, 64]")
         for name in ("learning_rate", "progress_secs"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if not is_positive(value):
                 raise ConfigError(name, value, "use a positive number")
             object.__setattr__(self, name, float(value))
         if self.optimizer not in OPTIMIZERS:

@@ -8,7 +8,6 @@ shard ``i`` goes to trainer ``i mod T``, so trainers never overlap and no row is
 """
 from __future__ import annotations
 
-import glob
 import os
 from dataclasses import dataclass
 from typing import List, Literal, Optional, Sequence, overload
@@ -21,9 +20,10 @@ from ctr_model.features import (
     SCHEMA_FILE,
     SPARSE_COLUMNS,
     check_split_schema,
+    shard_files,
 )
 
-__all__ = ["DataError", "SplitInfo", "resolve_split", "shard_files", "assign_shards",
+__all__ = ["DataError", "SplitInfo", "split_dir_of", "resolve_split", "check_enough_shards", "assign_shards",
            "parquet_to_slots", "convert_shards"]
 
 
@@ -48,9 +48,19 @@ def _check_schema(split_dir: str) -> dict:
         raise DataError(str(exc)) from None
 
 
-def shard_files(split_dir: str) -> List[str]:
-    """The split's Parquet shards, sorted."""
-    return sorted(glob.glob(os.path.join(split_dir, "part-*.parquet")))
+def split_dir_of(data_dir: str, split: str, *, accept_self: bool) -> Optional[str]:
+    """Where ``split`` of a prep output is: ``data_dir/split`` if that is a directory, else (with
+    ``accept_self``) ``data_dir`` itself when it is a split (holds ``schema.json``); else ``None``.
+
+    The one order of checks for every reader of a prep output (training, evaluation); the store's
+    twin is :func:`ctr_model.workspace.remote_split`.
+    """
+    candidate = os.path.join(data_dir, split)
+    if os.path.isdir(candidate):
+        return candidate
+    if accept_self and os.path.exists(os.path.join(data_dir, SCHEMA_FILE)):
+        return data_dir
+    return None
 
 
 @overload
@@ -64,15 +74,11 @@ def resolve_split(data_dir: str, split: str = "train") -> Optional[SplitInfo]:
 
     Returns ``None`` when the prep dir has no such split (e.g. no ``test``).
     """
-    candidate = os.path.join(data_dir, split)
-    if os.path.isdir(candidate):
-        path = candidate
-    elif split == "train" and os.path.exists(os.path.join(data_dir, SCHEMA_FILE)):
-        path = data_dir
-    elif split == "train":
+    path = split_dir_of(data_dir, split, accept_self=split == "train")
+    if path is None and split == "train":
         raise DataError(f"data dir {data_dir!r} has neither train/ nor {SCHEMA_FILE}: pass the "
                         f"output directory of `ctr-volcano prep`")
-    else:
+    if path is None:
         return None
     schema = _check_schema(path)
     files = shard_files(path)
@@ -80,6 +86,17 @@ def resolve_split(data_dir: str, split: str = "train") -> Optional[SplitInfo]:
         raise DataError(f"{path} has no part-*.parquet shards: re-run `ctr-volcano prep`")
     return SplitInfo(path=path, hash_buckets=int(schema.get("hash_buckets", 0)),
                      rows=int(schema.get("rows", -1)), files=tuple(files))
+
+
+def check_enough_shards(where: str, n_shards: int, trainers: int) -> None:
+    """Refuse a split with fewer shards than trainers (shards are assigned whole, none is split).
+
+    Raises:
+        DataError: names the split, both counts and the two fixes.
+    """
+    if n_shards < trainers:
+        raise DataError(f"{where} has only {n_shards} shard(s) for {trainers} trainers; use at most "
+                        f"{n_shards} trainers or re-run prep with at least {trainers} shards")
 
 
 def assign_shards(files: Sequence[str], trainer: int, trainers: int) -> List[str]:

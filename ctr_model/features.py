@@ -48,13 +48,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ctr_model.atomic import write_json
+
 __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
     "RAW_COLUMNS", "DEFAULT_HASH_BUCKETS", "SCHEMA_FILE", "MIN_HASH_BUCKETS", "HASH_VERSION",
     "SchemaMismatch", "BadRow",
     "dense_transform", "dense_value", "parse_int_field", "column_salt", "hash_value", "hash_categorical",
     "transform_line", "arrow_schema", "validate_hash_buckets",
-    "read_split_schema", "check_split_schema", "write_split_schema", "shard_files",
+    "read_split_schema", "check_split_schema", "write_split_schema", "shard_files", "is_shard_name",
 ]
 
 #: Bump whenever the columns, dtypes or transforms change.
@@ -372,14 +374,18 @@ def arrow_schema():
 # split directories
 
 
+def is_shard_name(name: str) -> bool:
+    """Is ``name`` (a file name, not a path) one of prep's ``part-*.parquet`` shards?"""
+    return name.startswith("part-") and name.endswith(".parquet")
+
+
 def shard_files(split_dir: str) -> List[str]:
-    """Sorted paths of the ``part-*.parquet`` shards in a split directory."""
+    """Sorted paths of the ``part-*.parquet`` shards in a split directory (none if it is missing)."""
     try:
         names = os.listdir(split_dir)
     except FileNotFoundError:
         return []
-    return [os.path.join(split_dir, n) for n in sorted(names)
-            if n.startswith("part-") and n.endswith(".parquet")]
+    return [os.path.join(split_dir, n) for n in sorted(names) if is_shard_name(n)]
 
 
 def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
@@ -395,11 +401,7 @@ def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
     }
     if files is not None:
         doc["files"] = [dict(f) for f in files]
-    tmp = os.path.join(split_dir, SCHEMA_FILE + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, os.path.join(split_dir, SCHEMA_FILE))
+    write_json(os.path.join(split_dir, SCHEMA_FILE), doc)
     return doc
 
 

@@ -33,6 +33,8 @@ def write_planted_prep(out_dir: str, train_rows: int = 20_000, test_rows: int = 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from ctr_model.metrics import auc
+
     rng = np.random.default_rng(seed)
     n_sparse = len(SPARSE_COLUMNS)
     slot_w = rng.normal(0.0, 1.0, size=(n_sparse, cardinality))
@@ -68,17 +70,4 @@ def write_planted_prep(out_dir: str, train_rows: int = 20_000, test_rows: int = 
 
     write_split("train", train_rows, shards)
     label, p = write_split("test", test_rows, 1)
-    return {"oracle_test_auc": _auc(label, p)}
-
-
-def _auc(label, score) -> float:
-    import numpy as np
-
-    order = np.argsort(score, kind="mergesort")
-    ranks = np.empty(len(score))
-    ranks[order] = np.arange(1, len(score) + 1)
-    pos = label == 1
-    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    return {"oracle_test_auc": auc(label, p)}

@@ -36,16 +36,23 @@ from typing import Any, Dict, List, Optional, Sequence
 from ctr_model import checkpoint as ckpt
 from ctr_model import store as s3
 from ctr_model import workspace as wsp
+from ctr_model.atomic import write_json
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, ContractError, RoleSpec, paddle_env, parse_role_env
-from ctr_model.data import DataError, SplitInfo, assign_shards, convert_shards, resolve_split
+from ctr_model.data import (
+    DataError,
+    SplitInfo,
+    assign_shards,
+    check_enough_shards,
+    convert_shards,
+    resolve_split,
+)
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
-__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "GANG_DIR", "MODEL_DIR",
+__all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "MODEL_DIR",
            "METRICS_FILE", "ENV_SCRATCH_DIR"]
 
-GANG_DIR = "_gang"          # per-run coordination files inside the output dir
 MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"
 MODEL_META = "model_meta.json"
@@ -157,7 +164,7 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
                   f"process holding it or choose another port")
         return EXIT_BAD_INPUT
     nonce = uuid.uuid4().hex
-    ws.write_text(f"{GANG_DIR}/{spec.name}.nonce", nonce)
+    ws.write_text(f"{wsp.GANG_DIR}/{spec.name}.nonce", nonce)
     responder = None
     if isinstance(ws, wsp.StoreWorkspace):
         # trainer 0 loads the checkpoint by path: it must be on this pserver's disk before serving
@@ -176,9 +183,7 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
     finally:
         if responder is not None:
             responder.stop()
-    stop = ws.read_text(f"{GANG_DIR}/stop")
-    stopped = stop is not None and nonce in stop.split()
-    if not stopped:
+    if not wsp.stopped_by_trainer0(ws, nonce):
         log.error(f"{spec.name}: the parameter server returned without being stopped by trainer 0 "
                   f"(look for 'Fail to listen' above: port taken or host name not resolvable)")
         return 3
@@ -288,9 +293,7 @@ def _train_split(spec: RoleSpec, ws: wsp.Workspace):
         return split, len(split.files), mine, lambda: mine
 
     def select(files: List[str]) -> List[str]:
-        if len(files) < spec.trainers:
-            raise DataError(f"{spec.data_dir} has {len(files)} shards for {spec.trainers} trainers: "
-                            f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+        check_enough_shards(spec.data_dir, len(files), spec.trainers)
         return assign_shards(files, spec.index, spec.trainers)
 
     client = ws.store if isinstance(ws, wsp.StoreWorkspace) else s3.Store(s3.StoreConfig.from_env())
@@ -325,9 +328,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
         raise ConfigError("hash_buckets", config.hash_buckets,
                           f"the data in {split.path} was hashed into {split.hash_buckets} buckets; "
                           f"set hash_buckets to {split.hash_buckets}")
-    if n_files < spec.trainers:
-        raise DataError(f"{split.path} has {n_files} shards for {spec.trainers} trainers: "
-                        f"re-run prep with at least {spec.trainers} shards or use fewer trainers")
+    check_enough_shards(split.path, n_files, spec.trainers)
     if not s3.is_uri(spec.data_dir):
         check_test_split(spec.data_dir, split)   # trainer 0 scores it after training: fail before
     init = None
@@ -360,7 +361,6 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
            train_files: Sequence[str], init: Optional[WarmStart] = None) -> int:
     """``train_files``: local training shards for the export's calibration (all of them with data on
     a volume; this trainer's own downloaded shards with data in a store)."""
-    import numpy as np
     import paddle
 
     fleet, net = _build(config)
@@ -368,11 +368,29 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
-    scope = paddle.static.global_scope()
-    first = spec.index == 0
+    start_epoch = _restore(spec, ws, fleet, init)
+    dataset, rows, timings = _load_dataset(spec, config, net, conversion, n_shards)
+    _run_epochs(spec, config, ws, fleet, exe, main_program, net, dataset, rows, start_epoch, timings)
+    if config.reader == "inmemory":
+        dataset.release_memory()
+    pserver_names = [f"{PSERVER}-{i}" for i in range(spec.pservers)]
+    _export(spec, config, ws, fleet, exe, net, pserver_names, train_files)
+    fleet.barrier_worker()
+    if spec.index == 0:
+        _write_metrics(spec, config, ws, start_epoch)
+        nonces = [ws.read_text(f"{wsp.GANG_DIR}/{name}.nonce") for name in pserver_names]
+        wsp.write_stop(ws, nonces)
+        fleet.fleet._runtime_handle._worker.stop_server()
+        _log(spec, "pservers stopped")
+    fleet.stop_worker()
+    _log(spec, "done")
+    return 0
 
+
+def _restore(spec: RoleSpec, ws: wsp.Workspace, fleet, init: Optional[WarmStart]) -> int:
+    """Load the newest complete checkpoint (resume) or else the init model (warm start) into the
+    pservers; returns the epoch training continues after (0 for a fresh run)."""
     resume = _sync_checkpoints(ws)
-    start_epoch = 0
     if resume is not None:
         if resume.meta.get("pservers") != spec.pservers:
             raise ConfigError("pservers", spec.pservers,
@@ -380,14 +398,22 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
                               f"pservers; use that many or a fresh output dir")
         fleet.load_model(resume.path, mode=0)
         _pull_dense(fleet)
-        start_epoch = resume.epoch
         _log(spec, f"resumed from {resume.path} (epoch {resume.epoch})")
-    elif init is not None:
+        return resume.epoch
+    if init is not None:
         # Paddle's PS load path: trainer 0 asks every pserver to load its shards of both tables
         fleet.load_model(init.checkpoint, mode=0)
         _pull_dense(fleet)
         _log(spec, f"warm start from {init.model_dir} (job {init.meta.get('job_id')}, "
                    f"checkpoint {init.checkpoint})")
+    return 0
+
+
+def _load_dataset(spec: RoleSpec, config: TrainConfig, net, conversion, n_shards: int):
+    """Wait for this trainer's converted shards and open them as a Paddle dataset (loaded into memory
+    with the ``inmemory`` reader); returns ``(dataset, rows, timings)``, timings in seconds:
+    ``convert`` (the conversion), ``convert_wait`` (waited for it after start-up), ``load``."""
+    import paddle
 
     t_wait = time.time()
     converted, convert_s = conversion.result()
@@ -409,13 +435,22 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
         dataset.load_into_memory()
         load_s = time.time() - t
         _log(spec, f"loaded {rows} rows into memory in {load_s:.1f}s")
+    return dataset, rows, {"convert": convert_s, "convert_wait": convert_wait, "load": load_s}
 
+
+def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, exe, main_program, net,
+                dataset, rows: int, start_epoch: int, timings: Dict[str, float]) -> None:
+    """Epochs ``start_epoch + 1 .. config.epochs``: train, record the epoch's metrics in this
+    trainer's progress file, checkpoint."""
+    import paddle
+
+    scope = paddle.static.global_scope()
     names = {"pos": net.auc_states[2].name, "neg": net.auc_states[3].name, "loss": "ctr_loss_sum"}
     stat_names = [v.name for v in net.auc_states] + ["ctr_loss_sum"]
     progress = _Progress(spec, scope, names, config.progress_secs)
     progress.rows_per_epoch, progress.last_epoch = rows, config.epochs
     progress.start()
-    progress_file = f"{GANG_DIR}/{spec.name}.json"
+    progress_file = f"{wsp.GANG_DIR}/{spec.name}.json"
     history = _load_history(ws, progress_file, start_epoch)
     try:
         for epoch in range(start_epoch + 1, config.epochs + 1):
@@ -429,14 +464,14 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
                                    fetch_info=["loss", "auc"], print_period=config.print_every)
             seconds = time.time() - t
             n, loss, pos, neg = progress.read()
+            first_epoch = epoch == start_epoch + 1   # the start-up costs are reported once
             record = {"epoch": epoch, "examples": int(n), "seconds": round(seconds, 3),
                       "start_time": round(t, 3), "end_time": round(t + seconds, 3),
                       "examples_per_sec": round(n / max(seconds, 1e-9), 1),
                       "loss": loss / n if n else None, "auc": auc_from_stats(pos, neg),
-                      "convert_seconds": round(convert_s, 3) if epoch == start_epoch + 1 else 0.0,
-                      "convert_wait_seconds": (round(convert_wait, 3) if epoch == start_epoch + 1
-                                               else 0.0),
-                      "load_seconds": round(load_s, 3) if epoch == start_epoch + 1 else 0.0}
+                      "convert_seconds": round(timings["convert"], 3) if first_epoch else 0.0,
+                      "convert_wait_seconds": round(timings["convert_wait"], 3) if first_epoch else 0.0,
+                      "load_seconds": round(timings["load"], 3) if first_epoch else 0.0}
             history.append(record)
             ws.write_text(progress_file, json.dumps(history, indent=1, sort_keys=True))
             _log(spec, f"epoch {epoch} done: {int(n)} examples in {seconds:.1f}s "
@@ -445,11 +480,18 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
             _save_checkpoint(spec, config, ws, fleet, exe, epoch)
     finally:
         progress.stop_event.set()
-    if config.reader == "inmemory":
-        dataset.release_memory()
 
+
+def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, exe, net,
+            pserver_names: Sequence[str], train_files: Sequence[str]) -> None:
+    """Save the inference model (collective: every trainer calls it); trainer 0 then gathers the
+    sparse table from the pservers, writes the dense and sparse arrays, the warm-start checkpoint and
+    the calibrated model meta, and publishes the model."""
+    import numpy as np
+    import paddle
+
+    first = spec.index == 0
     model_dir = ws.local(MODEL_DIR)
-    pserver_names = [f"{PSERVER}-{i}" for i in range(spec.pservers)]
     if first:
         import shutil
         shutil.rmtree(model_dir, ignore_errors=True)
@@ -457,38 +499,30 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
             ws.remove(MODEL_DIR)
     feed_names = [v.name for v in net.feed_vars[1:]]
     fleet.save_inference_model(exe, model_dir, feed_names, [net.predict])  # collective
-    if first:
-        # the sparse table's parts are on the pservers' disks: have them uploaded, then fetch them
-        ws.request_publish(MODEL_DIR, pserver_names)
-        ws.fetch(MODEL_DIR)
-        from ctr_model.net import dense_param_names
-        arrays = {name: np.array(scope.find_var(name).get_tensor())
-                  for name in dense_param_names(config)}
-        np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
-        from ctr_model.infer import write_sparse_npz
-        keys = write_sparse_npz(model_dir, config.embedding_dim)
-        last = ckpt.latest_complete(ws.root)
-        if last is not None:
-            export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
-        _log(spec, f"exported {model_dir} ({keys} sparse keys)")
-        meta = _model_meta(spec, config)
-        _write_json(os.path.join(model_dir, MODEL_META), meta)
-        from ctr_model.calibrate import calibrate_export
+    if not first:
+        return
+    # the sparse table's parts are on the pservers' disks: have them uploaded, then fetch them
+    ws.request_publish(MODEL_DIR, list(pserver_names))
+    ws.fetch(MODEL_DIR)
+    from ctr_model.net import dense_param_names
+    scope = paddle.static.global_scope()
+    arrays = {name: np.array(scope.find_var(name).get_tensor())
+              for name in dense_param_names(config)}
+    np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
+    from ctr_model.infer import write_sparse_npz
+    keys = write_sparse_npz(model_dir, config.embedding_dim)
+    last = ckpt.latest_complete(ws.root)
+    if last is not None:
+        export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
+    _log(spec, f"exported {model_dir} ({keys} sparse keys)")
+    meta = _model_meta(spec, config)
+    _write_json(os.path.join(model_dir, MODEL_META), meta)
+    from ctr_model.calibrate import calibrate_export
 
-        meta["calibration"] = calibrate_export(model_dir, train_files)
-        _write_json(os.path.join(model_dir, MODEL_META), meta)
-        _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
-        ws.publish(MODEL_DIR)
-    fleet.barrier_worker()
-    if first:
-        _write_metrics(spec, config, ws, start_epoch)
-        nonces = [ws.read_text(f"{GANG_DIR}/{name}.nonce") for name in pserver_names]
-        ws.write_text(f"{GANG_DIR}/stop", "\n".join(n.strip() for n in nonces if n) + "\n")
-        fleet.fleet._runtime_handle._worker.stop_server()
-        _log(spec, "pservers stopped")
-    fleet.stop_worker()
-    _log(spec, "done")
-    return 0
+    meta["calibration"] = calibrate_export(model_dir, train_files)
+    _write_json(os.path.join(model_dir, MODEL_META), meta)
+    _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
+    ws.publish(MODEL_DIR)
 
 
 def _save_checkpoint(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, exe,
@@ -525,10 +559,7 @@ def _load_history(ws: wsp.Workspace, rel: str, start_epoch: int) -> list:
 
 
 def _write_json(path: str, data) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, data, indent=1, sort_keys=True)
 
 
 def _model_meta(spec: RoleSpec, config: TrainConfig) -> dict:
@@ -543,7 +574,7 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, start
     per_trainer = {}
     for i in range(spec.trainers):
         try:
-            per_trainer[i] = json.loads(ws.read_text(f"{GANG_DIR}/trainer-{i}.json") or "[]")
+            per_trainer[i] = json.loads(ws.read_text(f"{wsp.GANG_DIR}/trainer-{i}.json") or "[]")
         except ValueError:
             per_trainer[i] = []
     epochs = []

@@ -25,13 +25,19 @@ import time
 import uuid
 from typing import Callable, List, Mapping, Optional, Sequence
 
+from ctr_model import atomic
 from ctr_model import store as s3
 
 __all__ = ["Workspace", "SharedDirWorkspace", "StoreWorkspace", "PublishResponder",
-           "open_workspace", "remote_split", "stage_split", "PUBLISH_DIR", "LOCAL_ROOT", "PUBLISH_TIMEOUT_S"]
+           "open_workspace", "remote_split", "stage_split", "GANG_DIR", "PUBLISH_DIR", "STOP_FILE",
+           "LOCAL_ROOT", "PUBLISH_TIMEOUT_S", "write_stop", "stopped_by_trainer0", "stop_written_since"]
 
+#: Per-run coordination files inside the output (nonces, progress, the stop file, publish requests).
+GANG_DIR = "_gang"
 #: Coordination objects of the publish protocol, under the gang directory.
-PUBLISH_DIR = "_gang/publish"
+PUBLISH_DIR = f"{GANG_DIR}/publish"
+#: Written by trainer 0 once training is done: the nonces of the pservers it stopped, one a line.
+STOP_FILE = f"{GANG_DIR}/stop"
 #: The output's local mirror, relative to the role's scratch (= working) directory.
 LOCAL_ROOT = "out"
 #: How long trainer 0 waits for the pservers to upload what they saved.
@@ -88,10 +94,7 @@ class SharedDirWorkspace(Workspace):
     def write_text(self, rel: str, text: str) -> None:
         path = self.local(rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        atomic.write_text(path, text)
 
     def mtime(self, rel: str) -> Optional[float]:
         try:
@@ -231,6 +234,26 @@ def _respond(ws: StoreWorkspace, role: str, parent: int, interval_s: float, seen
     return 0
 
 
+def write_stop(ws: Workspace, nonces: Sequence[Optional[str]]) -> None:
+    """Trainer 0: record that it stops the pservers whose ``nonces`` are given (missing ones skipped)."""
+    ws.write_text(STOP_FILE, "\n".join(n.strip() for n in nonces if n) + "\n")
+
+
+def stopped_by_trainer0(ws: Workspace, nonce: str) -> bool:
+    """A pserver whose server loop returned: was it trainer 0 that stopped this very pserver?"""
+    stop = ws.read_text(STOP_FILE)
+    return stop is not None and nonce in stop.split()
+
+
+def stop_written_since(ws: Workspace, since: float) -> bool:
+    """The supervisor: did trainer 0 write the stop file at or after ``since`` (this attempt's start)?"""
+    try:
+        mtime = ws.mtime(STOP_FILE)
+    except (OSError, ValueError):
+        return False
+    return mtime is not None and mtime >= since
+
+
 def open_workspace(output_dir: str, env: Optional[Mapping[str, str]] = None) -> Workspace:
     """The workspace for ``CTR_OUTPUT_DIR``: a store prefix for ``s3://``, else a shared dir.
 
@@ -256,7 +279,7 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
             no shards.
     """
     from ctr_model.data import DataError
-    from ctr_model.features import RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION
+    from ctr_model.features import RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION, is_shard_name
 
     client.check_prefix(data_uri)
     candidate = s3.join(data_uri, split)
@@ -279,8 +302,7 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
         raise DataError(f"{src}/{SCHEMA_FILE}: schema_version {found!r}, columns as written by "
                         f"another version; this code expects {SCHEMA_VERSION}: re-run `ctr-volcano "
                         f"prep` with this version")
-    remote = sorted(n for n, is_dir in client.list(src)
-                    if not is_dir and n.startswith("part-") and n.endswith(".parquet"))
+    remote = sorted(n for n, is_dir in client.list(src) if not is_dir and is_shard_name(n))
     if not remote:
         raise DataError(f"{src} has no part-*.parquet shards: re-run `ctr-volcano prep`")
     return src, remote, schema

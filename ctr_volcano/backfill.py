@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ctr_model.atomic import write_json
 from ctr_volcano.errors import BadInput
 
 __all__ = ["run_backfill", "BACKFILL_FILE"]
@@ -49,7 +50,6 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     from ctr_volcano.pipeline_run import LOCAL_OVERRIDES, _fresh_run_dir, pipeline_parameters, run_in_kfp_local
     from ctr_volcano.registry import ModelRegistry
     from ctr_volcano.window import resolve_window
-    from pipelines.ctr_retraining_pipeline import ctr_retraining_pipeline_local
 
     try:
         first = _dt.date.fromisoformat(start_date)
@@ -84,7 +84,7 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         before = {v.version for v in reg.versions()}
         _log.info("back-fill %d/%d: run date %s", k + 1, days, run_date)
         task, seconds = run_in_kfp_local(
-            ctr_retraining_pipeline_local,
+            "pipelines.ctr_retraining_pipeline:ctr_retraining_pipeline_local",
             {**args, "data_uri": local_uri, "registry": registry, "run_date": run_date},
             _fresh_run_dir(work))
         with open(task.outputs["gate_metrics"].path) as fh:
@@ -104,7 +104,5 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     summary = {"registry": registry, "model_name": model_name,
                "champion": champion.version if champion else None, "days": records,
                "params": args, "data_uri": local_uri}
-    tmp = work / f".{BACKFILL_FILE}.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, work / BACKFILL_FILE)
+    write_json(str(work / BACKFILL_FILE), summary, sort_keys=True)
     return summary

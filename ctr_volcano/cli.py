@@ -40,13 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # area not present in this build
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

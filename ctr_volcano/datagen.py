@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ctr_model import metrics as _metrics
+from ctr_model.checks import is_int
 from ctr_model.features import DENSE_COLUMNS, NUM_DENSE, NUM_SPARSE, RAW_COLUMNS, SPARSE_COLUMNS, dense_transform
 from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
@@ -224,14 +225,13 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
         BadInput: on invalid arguments.
     """
     for name, value, lo in (("rows", rows, 1), ("files", files, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        if not is_int(value, lo):
             raise BadInput(name, value, f"must be an integer >= {lo}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_int(seed, 0):
         raise BadInput("seed", seed, "must be a non-negative integer")
     if files > rows:
         raise BadInput("files", files, f"must be <= rows ({rows}); every file gets at least one row")
-    if isinstance(oracle_rows, bool) or not isinstance(oracle_rows, (int, np.integer)) \
-            or oracle_rows < 1000:
+    if not is_int(oracle_rows, 1000):
         raise BadInput("oracle_rows", oracle_rows, "must be an integer >= 1000")
     if gzip_level not in range(10):
         raise BadInput("gzip_level", gzip_level, "must be 0 (plain TSV) or 1..9")

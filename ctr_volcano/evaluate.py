@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ctr_model import metrics as _metrics
+from ctr_model.checks import is_int
 from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 from ctr_volcano.outputs import writable_dir
@@ -307,22 +308,22 @@ def find_split_dir(data_dir: str) -> str:
     Accepts a split directory itself (the ``test_data`` artifact of the prep component) or a prep
     output root with a ``test/`` split inside (what ``ctr-volcano prep --out DIR`` writes).
     """
+    from ctr_model.data import split_dir_of
     from ctr_model.features import SCHEMA_FILE
 
     if not os.path.isdir(data_dir):
         raise BadInput("data", data_dir, "pass an existing directory: the prep output or its test/ split")
-    if os.path.isfile(os.path.join(data_dir, SCHEMA_FILE)):
-        return data_dir
-    test_dir = os.path.join(data_dir, "test")
-    if os.path.isfile(os.path.join(test_dir, SCHEMA_FILE)):
-        return test_dir
+    split_dir = split_dir_of(data_dir, "test", accept_self=True)
+    if split_dir is not None and os.path.isfile(os.path.join(split_dir, SCHEMA_FILE)):
+        return split_dir
     raise BadInput("data", data_dir, f"no {SCHEMA_FILE} here or in test/: point at the test split written "
                                      "by the prep step (ctr-volcano prep)")
 
 
 def _parquet_parts(split_dir: str) -> List[str]:
-    parts = sorted(os.path.join(split_dir, f) for f in os.listdir(split_dir)
-                   if f.startswith("part-") and f.endswith(".parquet"))
+    from ctr_model.features import shard_files
+
+    parts = shard_files(split_dir)
     if not parts:
         raise BadInput("data", split_dir, "the split holds no part-*.parquet shards; rerun the prep step")
     return parts
@@ -387,7 +388,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
         BadInput: missing model or data, schema mismatch, a row count that does not match the split's
             ``schema.json``, or a single-class test split.
     """
-    if batch_size < 1:
+    if not is_int(batch_size, 1):
         raise BadInput("batch_size", batch_size, "use a positive number of rows per batch, e.g. 8192")
     if not 0.0 <= threshold <= 1.0:
         raise BadInput("threshold", threshold, "use a probability threshold in [0, 1], e.g. 0.5")

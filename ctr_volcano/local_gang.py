@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ctr_model.checks import is_int, is_positive
 from ctr_model.contract import (
     ENV_VOLCANO_DIR,
     EXIT_BAD_INPUT,
@@ -99,11 +100,11 @@ class GangSpec:
 
         for name in ("pservers", "trainers"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+            if not is_int(value, 1, 64):
                 raise BadInput(name, value, "use an integer in 1..64")
-        if isinstance(self.max_retry, bool) or not isinstance(self.max_retry, int) or self.max_retry < 0:
+        if not is_int(self.max_retry, 0):
             raise BadInput("max_retry", self.max_retry, "use an integer >= 0")
-        if not self.stall_timeout_s > 0:
+        if not is_positive(self.stall_timeout_s):
             raise BadInput("stall_timeout_s", self.stall_timeout_s, "use a positive number of seconds")
 
 
@@ -355,17 +356,12 @@ class LocalGang:
                 self.log(f"gang {self.gang_id}: {line.split(_ENTRYPOINT_LOGGER, 1)[1]}")
 
     def _stopped_by_trainer0(self) -> bool:
-        from ctr_model.train import GANG_DIR
-        from ctr_model.workspace import open_workspace
+        from ctr_model.workspace import open_workspace, stop_written_since
 
         if self._workspace is None:
             self._workspace = open_workspace(self.spec.output_dir,
                                              {**os.environ, **self.spec.extra_env})
-        try:
-            mtime = self._workspace.mtime(f"{GANG_DIR}/stop")
-        except (OSError, ValueError):
-            return False
-        return mtime is not None and mtime >= self._t_attempt
+        return stop_written_since(self._workspace, self._t_attempt)
 
     def _fail(self, phase: str, proc: _Proc, reason: str, code: Optional[int]) -> TrainingJobFailed:
         return TrainingJobFailed(self.spec.job_id, phase, reason, role=proc.name, exit_code=code,

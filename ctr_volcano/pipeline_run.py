@@ -19,19 +19,23 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from ctr_model.atomic import write_json
 from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted, TransientError
 
 __all__ = [
     "LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes",
-    "default_sample_dir", "pipeline_parameters", "parse_params", "run_local", "run_in_kfp_local",
+    "default_sample_dir", "pipeline_parameters", "parse_params", "run_local", "run_in_kfp_local", "LocalRunOutputs",
     "compile_all", "compiled_files", "check_kfp_host", "submit", "PIPELINES", "pipeline_func",
     "default_submit_pipeline", "LEGACY_KFP_HINT",
 ]
@@ -211,41 +215,51 @@ def _replace(src: str, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def run_in_kfp_local(pipeline: Any, args: Mapping[str, Any], run_dir: Path) -> Tuple[Any, float]:
-    """Run ``pipeline(**args)`` through ``kfp.local`` with its outputs under ``run_dir/outputs``.
+class LocalRunOutputs:
+    """A finished ``kfp.local`` run's pipeline outputs: ``outputs[name]`` is a parameter's value, or
+    an object with the artifact's ``path``."""
+
+    def __init__(self, outputs: Mapping[str, Any]):
+        self.outputs: Dict[str, Any] = {
+            name: SimpleNamespace(path=value["path"]) if isinstance(value, dict) and "path" in value else value
+            for name, value in outputs.items()}
+
+
+def run_in_kfp_local(pipeline: str, args: Mapping[str, Any], run_dir: Path) -> Tuple[LocalRunOutputs, float]:
+    """Run the pipeline ``pipeline`` through ``kfp.local`` with its outputs under ``run_dir/outputs``.
+
+    The run happens in a child interpreter whose environment, inherited by the kfp executors and the
+    training gang, carries the run's scratch directory (``TMPDIR``) and its marker
+    (:data:`RUN_MARKER_ENV`); this process's own environment is left alone.
+
+    Args:
+        pipeline: ``"module:attribute"`` of the ``@dsl.pipeline`` object.
+        args: the pipeline's arguments (JSON values).
+        run_dir: receives ``outputs/`` (every task's outputs) and the run's request and result files.
 
     Returns:
-        The pipeline task (its ``outputs``) and the seconds it took.
+        The pipeline's outputs and the seconds the run took.
 
     Raises:
         LocalRunFailed: a task failed (the message names it and where its outputs are).
+        Interrupted: SIGINT/SIGTERM; every process of the run was stopped first.
     """
-    from kfp import local
-
-    # kfp.local rmtree()s workspace_root when the run ends: give it its own throwaway directory.
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir / "outputs"),
-               workspace_root=str(run_dir / "workspace"), raise_on_error=True, enable_caching=False)
     # The steps' scratch files (kfp's per-task component sources, the training gang's logs and
     # checkpoints) go to one short-pathed directory per run (sockets live there too, and AF_UNIX
     # paths are limited to 108 bytes): removed after a successful run, kept after a failed one.
     scratch = tempfile.mkdtemp(prefix="ctr-run-")
     run_id = uuid.uuid4().hex
-    saved_env = {name: os.environ.get(name) for name in ("TMPDIR", RUN_MARKER_ENV)}
-    os.environ["TMPDIR"] = scratch
-    os.environ[RUN_MARKER_ENV] = run_id   # inherited by the kfp executors and the training gang
+    run_dir.mkdir(parents=True, exist_ok=True)
+    request, result_path = run_dir / "request.json", run_dir / "result.json"
+    write_json(str(request), {"pipeline": pipeline, "args": dict(args), "run_dir": str(run_dir),
+                              "result": str(result_path)})
+    env = {**os.environ, "TMPDIR": scratch, RUN_MARKER_ENV: run_id}
     started = time.monotonic()
     caught: Dict[str, int] = {}
     try:
-        with warnings.catch_warnings(), _stop_run_on_signal(run_id) as caught:
-            # Running the component image's steps in this environment is the point of `run`.
-            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task that uses custom",
-                                    category=RuntimeWarning)
-            task = pipeline(**args)
-    except RuntimeError as exc:
-        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).rstrip(".")
-        kept = f", scratch files (gang logs) under {scratch}" if os.listdir(scratch) else ""
-        raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
-                             f"under {run_dir / 'outputs'}{kept}") from exc
+        with _stop_run_on_signal(run_id) as caught:
+            child = subprocess.Popen([sys.executable, "-m", "ctr_volcano.pipeline_run", str(request)], env=env)
+            code = child.wait()
     except KeyboardInterrupt:
         left = stop_run_processes(run_id)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -253,15 +267,52 @@ def run_in_kfp_local(pipeline: Any, args: Mapping[str, Any], run_dir: Path) -> T
                 + (f"; could not stop PIDs {left}" if left else ""))
         raise Interrupted(caught.get("signum", signal.SIGINT), what) from None
     finally:
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         if os.path.isdir(scratch) and not os.listdir(scratch):
             os.rmdir(scratch)
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    if code != 0 or "outputs" not in result:
+        msg = result.get("error") or f"the kfp.local run exited with code {code}"
+        kept = f", scratch files (gang logs) under {scratch}" if os.path.isdir(scratch) else ""
+        raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
+                             f"under {run_dir / 'outputs'}{kept}")
     shutil.rmtree(scratch, ignore_errors=True)
-    return task, time.monotonic() - started
+    return LocalRunOutputs(result["outputs"]), time.monotonic() - started
+
+
+def _kfp_local_child(request_path: str) -> int:
+    """The child of :func:`run_in_kfp_local`: run the requested pipeline, write its outputs (or its
+    error) to the request's ``result`` file; exit 0 on success."""
+    import importlib
+    import logging
+
+    from kfp import local
+
+    from ctr_model.logs import setup_logging
+
+    setup_logging(logging.INFO)
+    with open(request_path, encoding="utf-8") as fh:
+        request = json.load(fh)
+    module, _, attribute = request["pipeline"].partition(":")
+    pipeline = getattr(importlib.import_module(module), attribute)
+    run_dir = Path(request["run_dir"])
+    # kfp.local rmtree()s workspace_root when the run ends: give it its own throwaway directory.
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir / "outputs"),
+               workspace_root=str(run_dir / "workspace"), raise_on_error=True, enable_caching=False)
+    try:
+        with warnings.catch_warnings():
+            # Running the component image's steps in this environment is the point of `run`.
+            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task that uses custom",
+                                    category=RuntimeWarning)
+            task = pipeline(**request["args"])
+    except RuntimeError as exc:
+        write_json(request["result"], {"error": re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).rstrip(".")})
+        return 1
+    except KeyboardInterrupt:   # Ctrl-C reaches the whole process group; the parent reports it
+        return 130
+    outputs = {name: {"path": value.path} if hasattr(value, "path") else value
+               for name, value in task.outputs.items()}
+    write_json(request["result"], {"outputs": outputs})
+    return 0
 
 
 def run_local(data: Optional[str] = None, workdir: str = "workdir",
@@ -283,8 +334,6 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
         BadInput: missing data or an unknown parameter.
         LocalRunFailed: a task failed (the message names the task and the run directory).
     """
-    from pipelines.ctr_training_pipeline import ctr_training_pipeline
-
     data_path = Path(data) if data else default_sample_dir()
     if not data_path.exists():
         fix = ("pass --data PATH (a Criteo TSV file or directory)" if data else
@@ -301,35 +350,36 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     run_dir = _fresh_run_dir(work)
-    task, seconds = run_in_kfp_local(ctr_training_pipeline, args, run_dir)
+    task, seconds = run_in_kfp_local("pipelines.ctr_training_pipeline:ctr_training_pipeline", args, run_dir)
+    summary = _summarize(task.outputs, work, {**known, **args}, run_dir, seconds)
+    write_json(str(work / "summary.json"), summary, sort_keys=True)
+    return summary
 
-    outs = task.outputs
+
+def _summarize(outs: Mapping[str, Any], work: Path, params: Dict[str, Any], run_dir: Path,
+               seconds: float) -> Dict[str, Any]:
+    """Copy model, report and metrics to their stable places in ``work``; the run's summary."""
     model_dst, report_dst, metrics_dst = work / "model", work / "report.html", work / "metrics.json"
     _replace(outs["model"].path, model_dst)
     _replace(outs["report"].path, report_dst)
     _replace(outs["metrics"].path, metrics_dst)
     with open(metrics_dst) as f:
         scalars = json.load(f)
-    merged = {**{k: v for k, v in known.items()}, **args}
-    summary = {
+    return {
         "auc": float(outs["auc"]),
         "logloss": float(scalars["logloss"]),
         "rows": int(scalars["rows"]),
         "positive_rate": float(scalars["positive_rate"]),
         "passed_gate": bool(outs["passed"]),
-        "min_auc": float(merged["min_auc"]),
+        "min_auc": float(params["min_auc"]),
         "model": str(model_dst),
         "report": str(report_dst),
         "metrics": str(metrics_dst),
-        "data": args["data_uri"],
+        "data": params["data_uri"],
         "run_dir": str(run_dir),
         "seconds": round(seconds, 1),
-        "params": merged,
+        "params": params,
     }
-    tmp = work / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, work / "summary.json")
-    return summary
 
 
 # ----------------------------------------------------------------------------------------------
@@ -601,3 +651,7 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
             service_account=service_account)
     return {"kind": "recurring_run", "id": rec.recurring_run_id, **common,
             "url": f"{base}/#/recurringrun/details/{rec.recurring_run_id}"}
+
+
+if __name__ == "__main__":  # the child interpreter of run_in_kfp_local
+    sys.exit(_kfp_local_child(sys.argv[1]))

@@ -20,7 +20,6 @@ Shards: each block's train rows are cut into ``shards`` contiguous slices, slice
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import math
 import os
@@ -32,6 +31,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ctr_model.atomic import write_json
+from ctr_model.checks import is_int
 from ctr_model.features import (
     DEFAULT_HASH_BUCKETS,
     DENSE_COLUMNS,
@@ -106,8 +107,7 @@ class PrepConfig:
         for name, lo, hi in (("shards", 1, 4096), ("test_shards", 1, 4096), ("seed", 0, 2 ** 63),
                              ("block_bytes", 1 << 16, 1 << 31), ("max_examples", 0, 10000)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                    or not lo <= value <= hi:
+            if not is_int(value, lo, hi):
                 raise BadInput(name, value, f"use an integer in [{lo}, {hi}]")
         if self.compression not in ("snappy", "zstd", "gzip", "lz4", "none"):
             raise BadInput("compression", self.compression, "use snappy, zstd, gzip, lz4 or none")
@@ -563,11 +563,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
         write_split_schema(train_dir, config.hash_buckets, acc.rows_train, train.files())
         write_split_schema(test_dir, config.hash_buckets, acc.rows_test, test.files())
         if stats_path:
-            tmp = stats_path + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(stats, fh, indent=2)
-                fh.write("\n")
-            os.replace(tmp, stats_path)
+            write_json(stats_path, stats)
         ok = True
         return stats
     finally:

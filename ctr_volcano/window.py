@@ -20,6 +20,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from ctr_model.checks import is_int
 from ctr_volcano.errors import BadInput
 
 __all__ = ["DataWindow", "resolve_run_date", "resolve_window", "copy_window", "WINDOW_FILE"]
@@ -109,7 +110,7 @@ def resolve_window(data_uri: str, run_date: str = "", schedule_time: str = "", c
     if not data_uri or not data_uri.strip():
         raise BadInput("data_uri", data_uri, "give the raw data's location, e.g. /mnt/ctr/clicks/day={date}")
     for name, value, lo in (("window_days", window_days, 1), ("lag_days", lag_days, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= 366:
+        if not is_int(value, lo, 366):
             raise BadInput(name, value, f"use an integer in {lo}..366")
     templated = _has_date_field(data_uri)
     if window_days > 1 and not templated:

@@ -34,6 +34,7 @@ from components.data_prep import prepare_ctr_data
 from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
 from components.train import train_ctr
 from ctr_volcano.legacy_kfp import without_task_config
+from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
 
 __all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_legacy", "ctr_retraining_pipeline_local",
            "build_retraining_pipeline",
@@ -42,7 +43,6 @@ __all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_legacy", "ctr_ret
 RETRAINING_PIPELINE_NAME = "ctr-retraining-pipeline"
 #: The claim shared by the steps and the training gang (deploy/pvc-example.yaml).
 DEFAULT_PVC_NAME = "ctr-data"
-PVC_MOUNT_PATH = "/mnt/ctr"
 #: Daily partitions on the claim, one directory per day.
 DEFAULT_DAILY_DATA_URI = PVC_MOUNT_PATH + "/clicks/day={date}"
 #: The model registry on the claim.

@@ -33,6 +33,7 @@ from components.data_prep import prepare_ctr_data
 from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
 from components.train import train_ctr
 from ctr_volcano.legacy_kfp import without_task_config
+from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
 
 __all__ = ["ctr_training_pipeline", "ctr_training_pipeline_legacy", "PIPELINE_NAME", "DEFAULT_DATA_URI",
            "DEFAULT_PVC_NAME", "WORKSPACE", "MIN_KFP_BACKEND"]
@@ -42,8 +43,6 @@ PIPELINE_NAME = "ctr-training-pipeline"
 DEFAULT_DATA_URI = "minio://mlpipeline/ctr-volcano/data/sample"
 #: Legacy YAML only: the ReadWriteMany PVC shared by the training step and its gang (deploy/pvc-example.yaml).
 DEFAULT_PVC_NAME = "ctr-data"
-#: Legacy YAML only: where the training step and the gang's pods mount it.
-PVC_MOUNT_PATH = "/mnt/ctr"
 #: The oldest KFP backend that runs the default YAML (TaskConfig parameters and passthroughs; 2.14.3
 #: rejects them at upload).
 MIN_KFP_BACKEND = "2.15"

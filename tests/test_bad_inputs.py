@@ -11,8 +11,8 @@ import time
 import pytest
 
 from ctr_model.synthetic import write_planted_prep
+from ctr_volcano.backends.local import train_local
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training import train_local
 
 
 @pytest.fixture(scope="module")

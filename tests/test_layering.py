@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN_IN_CTR_MODEL = ("kfp", "kubernetes")
 HEAVY = ("paddle", "pandas", "pyarrow", "numpy", "sklearn")
 #: Our modules that components/ and pipelines/ may import at top level (no heavy dependencies).
-LIGHT_OWN = ("components", "pipelines", "ctr_volcano.images", "ctr_volcano.errors", "ctr_volcano.legacy_kfp")
+LIGHT_OWN = ("components", "pipelines", "ctr_volcano.images", "ctr_volcano.errors", "ctr_volcano.legacy_kfp",
+             "ctr_volcano.volcano.handoff")
 
 
 def _py_files(package: str):

@@ -230,3 +230,28 @@ def test_evaluate_component_outputs_for_the_ui(local_run, tmp_path):
     assert [a["displayName"] for a in cm["annotationSpecs"]] == ["no click", "click"]
     assert sum(sum(r["row"]) for r in cm["rows"]) == s["rows"]
     assert "<svg" in (tmp_path / "r.html").read_text()
+
+
+def test_the_run_scratch_dir_reaches_the_steps_and_this_process_keeps_its_tmpdir(tmp_path):
+    import threading
+
+    from ctr_volcano.pipeline_run import run_in_kfp_local
+
+    before = os.environ.get("TMPDIR")
+    samples, done = set(), threading.Event()
+
+    def sample():   # what any other thread of this process sees while the run goes on
+        while not done.wait(0.005):
+            samples.add(os.environ.get("TMPDIR"))
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        outputs, _ = run_in_kfp_local("tests.tmpdir_pipeline:tmpdir_pipeline", {}, tmp_path / "run")
+    finally:
+        done.set()
+        watcher.join()
+    seen = outputs.outputs["Output"]
+    assert os.path.basename(seen).startswith("ctr-run-"), seen
+    assert samples == {before} and os.environ.get("TMPDIR") == before
+    assert not os.path.exists(seen), "the scratch dir of a successful run is removed"

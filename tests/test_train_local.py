@@ -22,9 +22,9 @@ from ctr_model.checkpoint import COMPLETE_MARKER, epoch_dir
 from ctr_model.contract import GangContract, role_env, volcano_plugin_env
 from ctr_model.infer import auc, load_model
 from ctr_model.synthetic import write_planted_prep
+from ctr_volcano.backends.local import train_local
 from ctr_volcano.errors import TrainingJobFailed
 from ctr_volcano.local_gang import processes_with_env
-from ctr_volcano.training import train_local
 
 SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
          "progress_secs": 2.0, "sparse_shards": 4}

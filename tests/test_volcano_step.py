@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ctr_volcano.errors import BadInput, TrainingJobFailed
-from ctr_volcano.volcano import cli_train
+from ctr_volcano.volcano.cli import cli_train
 from ctr_volcano.volcano.client import KubeClient
 from ctr_volcano.volcano.handoff import build_pvc, copy_model_out, prepare_run_dir
 from ctr_volcano.volcano.rbac import RULES, allows, build_rbac
@@ -152,7 +152,7 @@ def test_cli_train_volcano_uses_the_same_step(fake, tmp_path, prep, capsys):
     pvc.mkdir()
     fake.script = play_gang({})
     parser = argparse.ArgumentParser()
-    from ctr_volcano.volcano import add_train_arguments
+    from ctr_volcano.volcano.cli import add_train_arguments
     add_train_arguments(parser)
     args = parser.parse_args(["--namespace", NS, "--image", "img:1", "--pvc-name", "claim",
                               "--pvc-mount-path", str(pvc), "--run-id", "cli-1", "--poll", "0.01",
@@ -178,7 +178,7 @@ def test_cli_stall_timeout_reaches_the_launchers_watchdog(fake, tmp_path, prep):
 
     fake.script = [lambda f: None, run_silently]
     parser = argparse.ArgumentParser()
-    from ctr_volcano.volcano import add_train_arguments
+    from ctr_volcano.volcano.cli import add_train_arguments
     add_train_arguments(parser)
     args = parser.parse_args(["--namespace", NS, "--image", "img:1", "--pvc-name", "claim",
                               "--pvc-mount-path", str(tmp_path / "pvc"), "--run-id", "cli-stall",

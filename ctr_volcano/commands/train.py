@@ -5,8 +5,9 @@ Heavy imports stay inside the handler so ``ctr-volcano --help`` is fast.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+
+from ctr_volcano.volcano.cli import add_train_arguments, cli_train
 
 __all__ = ["register"]
 
@@ -45,13 +46,7 @@ def register(subparsers) -> None:
     g.add_argument("--s3-region", default=None, help="signing region (default: $CTR_S3_REGION or us-east-1)")
     g.add_argument("--s3-addressing", choices=("path", "virtual"), default=None,
                    help="bucket addressing (default: path, what in-cluster stores serve)")
-    if importlib.util.find_spec("ctr_volcano.volcano") is not None:
-        try:
-            from ctr_volcano.volcano import add_train_arguments
-
-            add_train_arguments(p)
-        except (ImportError, AttributeError):
-            pass
+    add_train_arguments(p)
     p.set_defaults(func=_handle)
 
 
@@ -90,26 +85,21 @@ def store_env(args: argparse.Namespace) -> dict:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from ctr_volcano.errors import BadInput
-
+    config = _config(args)
     if args.backend == "volcano":
-        try:
-            from ctr_volcano.volcano import cli_train
-        except ImportError:
-            raise BadInput("--backend", "volcano", "the Volcano backend is not installed in this build; "
-                                                   "use --backend local") from None
         if args.epochs is None or args.batch_size is None or args.lr is None:
             from ctr_model.config import TrainConfig
 
-            base = TrainConfig.from_dict(_config(args))
+            base = TrainConfig.from_dict(config)
             args.epochs = base.epochs if args.epochs is None else args.epochs
             args.batch_size = base.batch_size if args.batch_size is None else args.batch_size
             args.lr = base.learning_rate if args.lr is None else args.lr
-        return int(cli_train(args) or 0)
+        return int(cli_train(args, config) or 0)
 
-    from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S, train_local
+    from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S
+    from ctr_volcano.backends.local import train_local
 
-    result = train_local(args.data, args.model_out, _config(args), pservers=args.pservers,
+    result = train_local(args.data, args.model_out, config, pservers=args.pservers,
                          trainers=args.trainers, max_retry=args.max_retry,
                          stall_timeout_s=args.stall_timeout or DEFAULT_STALL_TIMEOUT_S,
                          workdir=args.workdir, output_dir=args.output, store_env=store_env(args))

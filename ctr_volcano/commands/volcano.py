@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any, Dict, List, Tuple
 
+from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
+
 __all__ = ["register", "render_job", "print_rbac", "parse_key_values"]
 
 
@@ -157,7 +159,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ttl", type=int, default=3600, help="ttlSecondsAfterFinished; -1 omits it")
     p.add_argument("--schedule-timeout", type=int, default=600, help="launcher's Pending timeout (seconds)")
     p.add_argument("--pvc-name", default=None, help="shared RWX PVC mounted in every pod")
-    p.add_argument("--pvc-mount-path", default="/mnt/ctr", help="its mount path (default: %(default)s)")
+    p.add_argument("--pvc-mount-path", default=PVC_MOUNT_PATH, help="its mount path (default: %(default)s)")
     p.add_argument("--artifact-store", choices=("pvc", "s3"), default="pvc",
                    help="pvc: data and outputs on --pvc-name; s3: s3:// URIs, credentials from "
                         "--s3-secret by reference, a scratch emptyDir per pod (default: %(default)s)")

@@ -21,8 +21,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from ctr_volcano.errors import BadInput
 
-__all__ = ["RunDirs", "RUNS_DIR", "prepare_run_dir", "copy_model_out", "build_pvc"]
+__all__ = ["RunDirs", "PVC_MOUNT_PATH", "RUNS_DIR", "prepare_run_dir", "copy_model_out", "build_pvc"]
 
+#: Where the shared claim is mounted, in the training step's pod and in every gang pod, by default.
+PVC_MOUNT_PATH = "/mnt/ctr"
 #: Sub-directory of the claim that holds one directory per training job.
 RUNS_DIR = "ctr-runs"
 _DONE = ".ctr-copy-complete"

@@ -18,7 +18,9 @@ SIGTERM, fail on every terminal bad state), plus what Volcano users keep asking 
   and the Job is deleted (:mod:`~ctr_volcano.volcano.stall`).
 
 Polling (not watch streams) keeps the state machine simple and restart-safe; every interval is a
-constructor argument so tests run in milliseconds.
+constructor argument so tests run in milliseconds. Reading the objects for people (PodGroup
+conditions, events, failed pods) is :mod:`~ctr_volcano.volcano.diagnosis`; following the pods' logs
+is :mod:`~ctr_volcano.volcano.podlogs`.
 """
 from __future__ import annotations
 
@@ -28,94 +30,38 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ctr_volcano.backends import TrainResult
 from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
 from ctr_volcano.volcano.client import JobExists
+from ctr_volcano.volcano.diagnosis import (
+    PodFailure,
+    failure_of,
+    killed_by_volcano,
+    pod_problems,
+    podgroup_summary,
+    recent_events,
+    role_of,
+    terminated,
+)
 from ctr_volcano.volcano.manifest import ANNOTATION_RUN, build_job, check_job
-from ctr_volcano.volcano.names import pod_name
+from ctr_volcano.volcano.podlogs import LogFollower
 from ctr_volcano.volcano.spec import TrainJobSpec
 from ctr_volcano.volcano.stall import Silent, StallWatchdog
 
-__all__ = ["VolcanoLauncher", "JobCancelled", "PodFailure", "FAILED_PHASES", "TERMINAL_PHASES",
-           "result_class"]
+__all__ = ["VolcanoLauncher", "JobCancelled", "PodFailure", "FAILED_PHASES", "TERMINAL_PHASES"]
 
 FAILED_PHASES = ("Failed", "Aborted", "Terminated")
 TERMINAL_PHASES = FAILED_PHASES + ("Completed",)
-_WAITING_PROBLEMS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
-                     "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
 
 
 class JobCancelled(TrainingJobFailed):
     """The launcher was cancelled (SIGTERM/SIGINT or :meth:`VolcanoLauncher.cancel`); the Job was deleted."""
 
 
-@dataclass(frozen=True)
-class PodFailure:
-    """What is kept of a failed pod before Volcano deletes it.
-
-    Attributes:
-        pod: pod name (``<job>-<task>-<index>``).
-        role: the task name (``pserver``/``trainer``).
-        uid: the pod's uid (a restarted gang reuses names, not uids).
-        reason: the container's termination reason (``Error``, ``OOMKilled`` ...) or the pod's.
-        exit_code: the container's exit code, if it terminated.
-        message: the termination/pod message.
-        log_tail: the last lines of the container's log.
-        retry: the job's retry count when the failure was seen.
-    """
-
-    pod: str
-    role: str
-    uid: str
-    reason: str
-    exit_code: Optional[int]
-    message: str
-    log_tail: str
-    retry: int
-
-    def as_dict(self) -> Dict[str, Any]:
-        return {"pod": self.pod, "role": self.role, "uid": self.uid, "reason": self.reason,
-                "exit_code": self.exit_code, "message": self.message, "log_tail": self.log_tail,
-                "retry": self.retry}
-
-
-@dataclass(frozen=True)
-class _FallbackTrainResult:
-    """Same fields as ``ctr_volcano.training.TrainResult``; used only if that module is absent."""
-
-    model_dir: str
-    metrics: Dict[str, Any]
-    output_dir: str
-    attempts: int
-
-
-def result_class() -> Any:
-    """``ctr_volcano.training.TrainResult`` (the local backend's result type), shared by both backends."""
-    try:
-        from ctr_volcano.training import TrainResult
-    except ImportError:  # the local backend is not part of this build
-        return _FallbackTrainResult
-    return TrainResult
-
-
 def _phase(job: Mapping[str, Any]) -> str:
     return (((job.get("status") or {}).get("state") or {}).get("phase")) or "Pending"
-
-
-def _parse_ts(text: str) -> Tuple[datetime, int]:
-    """An RFC 3339 (nano) timestamp as a sortable (seconds, nanoseconds) pair."""
-    main, _, frac = text.rstrip("Z").partition(".")
-    return datetime.strptime(main, "%Y-%m-%dT%H:%M:%S"), int((frac + "000000000")[:9] or 0)
-
-
-@dataclass
-class _LogCursor:
-    uid: str = ""
-    last: Optional[Tuple[datetime, int]] = None
-    last_read: float = 0.0
-    done: bool = False
 
 
 @dataclass
@@ -179,7 +125,7 @@ class VolcanoLauncher:
         self._failures_lock = threading.Lock()
         self._watched_phase = ""
         self._watched_retry = 0
-        self._cursors: Dict[str, _LogCursor] = {}
+        self.logs = LogFollower(self.name, self._read_log, log)
         self._log_errors: set = set()
         self._cancel = threading.Event()
         self._cancel_signal: Optional[int] = None
@@ -188,7 +134,7 @@ class VolcanoLauncher:
         self.heartbeat_every_s = max(self.poll_s, min(30.0, spec.stall_timeout_s / 10))
 
     # ------------------------------------------------------------------ public API
-    def run(self) -> Any:
+    def run(self) -> TrainResult:
         """Create or re-attach, watch to the end, and return the outputs.
 
         Returns:
@@ -308,7 +254,7 @@ class VolcanoLauncher:
             if phase not in ("Completing", "Completed"):  # CompleteJob kills the pservers on purpose
                 self._capture_failures(pods, retry)
             if self.stream_logs:
-                self._stream(pods, final=phase in TERMINAL_PHASES)
+                self.logs.follow(pods, final=phase in TERMINAL_PHASES)
             if phase == "Completed":
                 return job
             if phase in FAILED_PHASES:
@@ -355,13 +301,7 @@ class VolcanoLauncher:
         if pg is None:
             parts.append("no PodGroup yet (is vc-controller-manager running?)")
         else:
-            pg_status = pg.get("status") or {}
-            conds = [c for c in pg_status.get("conditions") or [] if str(c.get("status")) == "True"]
-            conds.sort(key=lambda c: str(c.get("lastTransitionTime") or ""))
-            text = f"PodGroup {pg_name} {pg_status.get('phase') or 'Pending'}"
-            if conds:
-                c = conds[-1]
-                text += f": {c.get('type')} ({c.get('reason')}): {c.get('message') or ''}".rstrip(": ")
+            text, conds = podgroup_summary(pg, pg_name)
             parts.append(text)
         events: List[Mapping[str, Any]] = []
         for obj in dict.fromkeys([self.name, pg_name]):
@@ -377,22 +317,10 @@ class VolcanoLauncher:
                 events.extend(e for e in self._api(self.client.list_events, self.namespace,
                                                    f"involvedObject.name={pname}")
                               if e.get("type") == "Warning")
-                parts.extend(_pod_problems(pod))
-        events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-        seen = set()
-        lines = []
-        for ev in reversed(events):
-            key = (ev.get("reason"), ev.get("message"))
-            if key in seen:
-                continue
-            seen.add(key)
-            involved = ev.get("involvedObject") or {}
-            lines.append(f"{ev.get('type', '')} {ev.get('reason', '')} {involved.get('kind', '')}/"
-                         f"{involved.get('name', '')}: {ev.get('message', '')}")
-            if len(lines) == 5:
-                break
-        if lines:
-            parts.append("events: " + " | ".join(reversed(lines)))
+                parts.extend(pod_problems(pod))
+        recent = recent_events(events)
+        if recent:
+            parts.append("events: " + recent)
         return "; ".join(parts)
 
     def cancel(self, signum: Optional[int] = None) -> None:
@@ -407,15 +335,15 @@ class VolcanoLauncher:
         """Delete the Job now (its pods go with it). Returns False if it did not exist."""
         return bool(self._api(self.client.delete_job, self.namespace, self.name))
 
-    def collect(self, job: Optional[Mapping[str, Any]] = None) -> Any:
-        """Read the outputs the gang wrote and return a ``TrainResult``."""
+    def collect(self, job: Optional[Mapping[str, Any]] = None) -> TrainResult:
+        """Read the outputs the gang wrote and return a :class:`~ctr_volcano.backends.TrainResult`."""
         out = self.local_output_dir
         retry = int(((job or {}).get("status") or {}).get("retryCount") or 0)
         if self.spec.object_store is not None:
             # the outputs are in the store; the step reads them (ctr_volcano.volcano.objectstore)
             self.log(f"[volcano] job {self.name} Completed after {retry + 1} attempt(s); outputs in {out}")
-            return result_class()(model_dir=f"{out.rstrip('/')}/model", metrics={}, output_dir=out,
-                                  attempts=retry + 1)
+            return TrainResult(model_dir=f"{out.rstrip('/')}/model", metrics={}, output_dir=out,
+                               attempts=retry + 1)
         model_dir = os.path.join(out, "model")
         metrics_path = os.path.join(out, "metrics.json")
         if not os.path.isfile(metrics_path) or not os.path.isdir(model_dir):
@@ -427,7 +355,7 @@ class VolcanoLauncher:
         with open(metrics_path, encoding="utf-8") as fh:
             metrics = json.load(fh)
         self.log(f"[volcano] job {self.name} Completed after {retry + 1} attempt(s); model in {model_dir}")
-        return result_class()(model_dir=model_dir, metrics=metrics, output_dir=out, attempts=retry + 1)
+        return TrainResult(model_dir=model_dir, metrics=metrics, output_dir=out, attempts=retry + 1)
 
     # ------------------------------------------------------------------ internals
     def _api(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -510,21 +438,15 @@ class VolcanoLauncher:
             if uid in self.failures:
                 continue
             status = pod.get("status") or {}
-            term = _terminated(pod)
+            term = terminated(pod)
             failed = status.get("phase") == "Failed" or (term is not None and term.get("exitCode") not in (0, None))
-            if not failed or _killed_by_volcano(pod, term):
+            if not failed or killed_by_volcano(pod, term):
                 continue
             name = meta.get("name", "")
-            role = (meta.get("labels") or {}).get("volcano.sh/task-spec") or _role_from_name(self.name, name)
             tail = self._read_log(name, tail_lines=self.tail_lines) if name else None
-            record = PodFailure(
-                pod=name, role=role, uid=str(uid),
-                reason=(term or {}).get("reason") or status.get("reason") or "Failed",
-                exit_code=(term or {}).get("exitCode"),
-                message=(term or {}).get("message") or status.get("message") or "",
-                log_tail=tail or "", retry=retry)
+            record = failure_of(self.name, pod, retry, tail or "")
             self.failures[str(uid)] = record
-            self.log(f"[volcano] pod {name} ({role}) failed: {record.reason}, exit code {record.exit_code}"
+            self.log(f"[volcano] pod {name} ({record.role}) failed: {record.reason}, exit code {record.exit_code}"
                      + (f"; last log lines:\n{_indent(record.log_tail)}" if record.log_tail else ""))
 
     def _heartbeats(self, pods: List[Mapping[str, Any]], now: float) -> List[Silent]:
@@ -533,8 +455,7 @@ class VolcanoLauncher:
         for pod in pods:
             meta = pod.get("metadata") or {}
             name = meta.get("name") or ""
-            role = (meta.get("labels") or {}).get("volcano.sh/task-spec") or _role_from_name(self.name, name)
-            if role != "trainer" or meta.get("deletionTimestamp") \
+            if role_of(self.name, pod) != "trainer" or meta.get("deletionTimestamp") \
                     or (pod.get("status") or {}).get("phase") != "Running":
                 continue
             watched.append(name)
@@ -580,79 +501,6 @@ class VolcanoLauncher:
         return TrainingJobFailed(self.name, phase, reason, role=first.role if first else None,
                                  exit_code=first.exit_code if first else None,
                                  log_tail=first.log_tail if first else "", details=details)
-
-    def _stream(self, pods: List[Mapping[str, Any]], final: bool) -> None:
-        by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
-        for role in ("pserver", "trainer"):
-            name = pod_name(self.name, role, 0)
-            pod = by_name.get(name)
-            if pod is None:
-                continue
-            uid = (pod.get("metadata") or {}).get("uid") or ""
-            status = pod.get("status") or {}
-            cur = self._cursors.setdefault(name, _LogCursor())  # keyed by pod name
-            if cur.uid != uid:
-                if cur.uid:
-                    self.log(f"[{role}-0] --- pod re-created (gang restart) ---")
-                cur.uid, cur.last, cur.done = uid, None, False
-            if cur.done or status.get("phase") == "Pending":
-                continue
-            since = None
-            if cur.last is not None:
-                since = max(1, int(time.time() - cur.last_read) + 2)
-            wall = time.time()
-            text = self._read_log(name, tail_lines=None if since else 1000, since_seconds=since,
-                                  timestamps=True)
-            if text is None:
-                continue
-            cur.last_read = wall
-            for line in text.splitlines():
-                ts_text, _, msg = line.partition(" ")
-                try:
-                    ts = _parse_ts(ts_text)
-                except ValueError:
-                    ts, msg = None, line
-                if ts is not None and cur.last is not None and ts <= cur.last:
-                    continue
-                if ts is not None:
-                    cur.last = ts
-                self.log(f"[{role}-0] {msg}")
-            if status.get("phase") in ("Succeeded", "Failed") or final:
-                cur.done = True
-
-
-def _terminated(pod: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated")
-        if term:
-            return term
-    return None
-
-
-def _killed_by_volcano(pod: Mapping[str, Any], term: Optional[Mapping[str, Any]]) -> bool:
-    """A pod Volcano is deleting (RestartJob/CompleteJob kill the healthy members of the gang) that ended
-    by SIGTERM/SIGKILL: a consequence, not a cause, so it is not reported as a failure."""
-    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return deleting and (term is None or term.get("exitCode") in (137, 143))
-
-
-def _pod_problems(pod: Mapping[str, Any]) -> List[str]:
-    out = []
-    name = (pod.get("metadata") or {}).get("name")
-    status = pod.get("status") or {}
-    for cs in status.get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in _WAITING_PROBLEMS:
-            out.append(f"pod {name}: {waiting.get('reason')}: {waiting.get('message', '')}")
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and str(cond.get("status")) == "False" and cond.get("message"):
-            out.append(f"pod {name} not scheduled: {cond.get('message')}")
-    return out
-
-
-def _role_from_name(job: str, pod: str) -> str:
-    rest = pod[len(job) + 1:] if pod.startswith(job + "-") else pod
-    return rest.rsplit("-", 1)[0]
 
 
 def _indent(text: str) -> str:

@@ -299,31 +299,43 @@ def validate_job(job: Mapping[str, Any]) -> List[str]:
     names = [t.get("name") for t in tasks]
     if len(set(names)) != len(names):
         problems.append(f"spec.tasks: duplicate task names {names}")
-    total = 0
     for i, task in enumerate(tasks):
-        tname = task.get("name") or ""
-        where = f"spec.tasks[{i}]"
-        if not is_dns1123_label(tname):
-            problems.append(f"{where}.name {tname!r} must be a DNS-1123 label")
-        replicas = int(task.get("replicas", 0) or 0)
-        total += replicas
-        if replicas < 1:
-            problems.append(f"{where}.replicas must be >= 1")
-        min_av = task.get("minAvailable")
-        if min_av is None:
-            problems.append(f"{where}.minAvailable is unset (only the webhook would default it)")
-        elif int(min_av) > replicas:
-            problems.append(f"{where}.minAvailable {min_av} > replicas {replicas}")
-        if replicas:
-            longest = pod_name(name, tname, replicas - 1)
-            if len(longest) > 63:
-                problems.append(f"{where}: pod name {longest!r} has {len(longest)} > 63 characters")
-        pod = (task.get("template") or {}).get("spec") or {}
-        if not pod.get("containers"):
-            problems.append(f"{where}.template.spec.containers is empty")
-        if pod.get("restartPolicy") not in ("Never", "OnFailure"):
-            problems.append(f"{where}.template.spec.restartPolicy must be Never or OnFailure")
-        problems.extend(_policy_problems(where, task.get("policies") or ()))
+        problems.extend(_task_problems(name, f"spec.tasks[{i}]", task))
+    total = sum(int(task.get("replicas", 0) or 0) for task in tasks)
+    problems.extend(_gang_problems(spec, total))
+    return problems
+
+
+def _task_problems(job_name: str, where: str, task: Mapping[str, Any]) -> List[str]:
+    """One task's problems: name, replicas, minAvailable, pod names, pod template, policies."""
+    problems: List[str] = []
+    tname = task.get("name") or ""
+    if not is_dns1123_label(tname):
+        problems.append(f"{where}.name {tname!r} must be a DNS-1123 label")
+    replicas = int(task.get("replicas", 0) or 0)
+    if replicas < 1:
+        problems.append(f"{where}.replicas must be >= 1")
+    min_av = task.get("minAvailable")
+    if min_av is None:
+        problems.append(f"{where}.minAvailable is unset (only the webhook would default it)")
+    elif int(min_av) > replicas:
+        problems.append(f"{where}.minAvailable {min_av} > replicas {replicas}")
+    if replicas:
+        longest = pod_name(job_name, tname, replicas - 1)
+        if len(longest) > 63:
+            problems.append(f"{where}: pod name {longest!r} has {len(longest)} > 63 characters")
+    pod = (task.get("template") or {}).get("spec") or {}
+    if not pod.get("containers"):
+        problems.append(f"{where}.template.spec.containers is empty")
+    if pod.get("restartPolicy") not in ("Never", "OnFailure"):
+        problems.append(f"{where}.template.spec.restartPolicy must be Never or OnFailure")
+    problems.extend(_policy_problems(where, task.get("policies") or ()))
+    return problems
+
+
+def _gang_problems(spec: Mapping[str, Any], total: int) -> List[str]:
+    """The Job-level problems: gang minimum, queue, retries, policies, plugins, volumes."""
+    problems: List[str] = []
     min_job = spec.get("minAvailable")
     if not min_job:
         problems.append("spec.minAvailable is 0/unset: the job would not be gang-scheduled")

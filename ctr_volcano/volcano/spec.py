@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ctr_model.checks import is_int, is_positive
+from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
 from ctr_volcano.volcano.names import is_dns1035_label, is_dns1123_label, is_dns1123_subdomain
 
 __all__ = ["Resources", "PvcVolume", "SecretEnv", "ObjectStore", "TrainJobSpec", "DEFAULT_PS_PORT",
@@ -84,7 +85,7 @@ class Resources:
             if number is not None and float(number.group()) == 0:
                 raise BadInput(name, value, "use a positive quantity: a zero limit makes every pod "
                                             "unschedulable or OOM-killed at once")
-        if not isinstance(self.gpu, int) or self.gpu < 0:
+        if not is_int(self.gpu, 0):
             raise BadInput("gpu", self.gpu, "use a whole number of GPUs >= 0")
         if "/" not in self.gpu_resource:
             raise BadInput("gpu_resource", self.gpu_resource,
@@ -334,6 +335,15 @@ class TrainJobSpec:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
+        self._check_identity()
+        self._check_storage()
+        self._check_scheduling()
+        self._check_volumes()
+        self._check_env_and_metadata()
+        self._check_pod_settings()
+
+    def _check_identity(self) -> None:
+        """Name (and the pod names derived from it), namespace, image."""
         if not is_dns1035_label(self.name):
             raise BadInput("name", self.name,
                            "use a DNS-1035 label (lower-case letters, digits and '-', starting with a "
@@ -348,6 +358,9 @@ class TrainJobSpec:
             raise BadInput("namespace", self.namespace, "use an existing namespace's name (DNS-1123 label)")
         if not self.image or any(c.isspace() for c in self.image):
             raise BadInput("image", self.image, "give the trainer image reference, e.g. registry/ctr-trainer:0.1.0")
+
+    def _check_storage(self) -> None:
+        """Init model, data and output: absolute paths on a shared volume, or s3:// URIs."""
         if self.init_model is not None and not self.init_model.startswith("/"):
             raise BadInput("init_model", self.init_model, "use an absolute path on a volume every pod mounts")
         for name in ("data_dir", "output_dir"):
@@ -359,9 +372,12 @@ class TrainJobSpec:
                 raise BadInput(name, value, "use an absolute path on a volume every pod mounts")
         if self.object_store is not None and not isinstance(self.object_store, ObjectStore):
             raise BadInput("object_store", self.object_store, "pass an ObjectStore or None")
+
+    def _check_scheduling(self) -> None:
+        """Gang size, queue, priority, retries, TTL, timeouts, ports, service account, image pulls."""
         for name in ("pservers", "trainers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
+            if not is_int(value, 1, 1000):
                 raise BadInput(name, value, "use a whole number between 1 and 1000")
         if not is_dns1123_subdomain(self.queue):
             raise BadInput("queue", self.queue, "name an existing Open Volcano queue, e.g. 'default'")
@@ -369,24 +385,22 @@ class TrainJobSpec:
             raise BadInput("queue", self.queue, "'root' is not a leaf queue; use 'default' or a child queue")
         if self.priority_class is not None and not is_dns1123_subdomain(self.priority_class):
             raise BadInput("priority_class", self.priority_class, "name an existing PriorityClass or leave it empty")
-        if not isinstance(self.max_retry, int) or not 0 <= self.max_retry <= 100:
+        if not is_int(self.max_retry, 0, 100):
             raise BadInput("max_retry", self.max_retry, "use a whole number of restarts between 0 and 100")
-        if self.ttl_seconds_after_finished is not None and (
-                not isinstance(self.ttl_seconds_after_finished, int) or self.ttl_seconds_after_finished < 0):
+        if self.ttl_seconds_after_finished is not None and not is_int(self.ttl_seconds_after_finished, 0):
             raise BadInput("ttl_seconds_after_finished", self.ttl_seconds_after_finished,
                            "use seconds >= 0; to keep finished Jobs pass -1 (command line, pipeline) or None (Python)")
         if self.pserver_resources.gpu:
             raise BadInput("pserver_resources.gpu", self.pserver_resources.gpu,
                            "pservers only serve tables and never use a GPU: set GPUs on the trainers")
-        if not isinstance(self.schedule_timeout_s, int) or self.schedule_timeout_s < 1:
+        if not is_int(self.schedule_timeout_s, 1):
             raise BadInput("schedule_timeout_s", self.schedule_timeout_s, "use seconds >= 1")
-        if isinstance(self.stall_timeout_s, bool) or not isinstance(self.stall_timeout_s, (int, float)) \
-                or not self.stall_timeout_s > 0:
+        if not is_positive(self.stall_timeout_s):
             raise BadInput("stall_timeout_s", self.stall_timeout_s,
                            "use a positive number of seconds (trainers log progress every 10 s)")
         for name in ("ps_port", "gloo_port"):
             value = getattr(self, name)
-            if not isinstance(value, int) or not 1024 <= value <= 65535:
+            if not is_int(value, 1024, 65535):
                 raise BadInput(name, value, "use an unprivileged TCP port in 1024..65535 (pods run as non-root)")
         if self.ps_port == self.gloo_port:
             raise BadInput("gloo_port", self.gloo_port, "use a port different from ps_port")
@@ -397,6 +411,9 @@ class TrainJobSpec:
                 raise BadInput("image_pull_secrets", secret, "name an existing docker-registry Secret")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise BadInput("image_pull_policy", self.image_pull_policy, "use Always, IfNotPresent or Never")
+
+    def _check_volumes(self) -> None:
+        """Claims and passed-through volumes: distinct names and mount paths, none over the builder's."""
         for item in self.volumes:
             if not isinstance(item, PvcVolume):
                 raise BadInput("volumes", item, "pass PvcVolume objects")
@@ -418,6 +435,9 @@ class TrainJobSpec:
                                               f"volumes elsewhere")
         if any(m == "/etc/volcano" or m.startswith("/etc/volcano/") for m in mounts):
             raise BadInput("volumes", mounts, "do not mount over /etc/volcano (Volcano's svc plugin uses it)")
+
+    def _check_env_and_metadata(self) -> None:
+        """Environment variables (none in the launcher's namespaces), labels and annotations."""
         for secret_env in self.env_from_secrets:
             if not isinstance(secret_env, SecretEnv):
                 raise BadInput("env_from_secrets", secret_env, "pass SecretEnv objects")
@@ -444,6 +464,9 @@ class TrainJobSpec:
         for key, _ in self.annotations:
             if not _LABEL_KEY.match(str(key)):
                 raise BadInput("annotations", key, "use Kubernetes annotation key syntax")
+
+    def _check_pod_settings(self) -> None:
+        """Tolerations, owners, affinity, user, scheduler, shared memory and the training config."""
         for i, tol in enumerate(self.tolerations):
             if not isinstance(tol, Mapping):
                 raise BadInput(f"tolerations[{i}]", tol, "pass Kubernetes toleration objects (dicts)")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from ctr_model.checks import is_positive
 from ctr_volcano.errors import BadInput
 
 __all__ = ["StallWatchdog", "Silent"]
@@ -59,7 +60,7 @@ class StallWatchdog:
     """
 
     def __init__(self, timeout_s: float):
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        if not is_positive(timeout_s):
             raise BadInput("stall_timeout_s", timeout_s, "use a positive number of seconds")
         self.timeout_s = float(timeout_s)
         self._beats: Dict[str, _Beat] = {}

@@ -14,14 +14,16 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from ctr_model.checks import is_int, is_positive
+from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S, TrainingBackend, TrainResult
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training import DEFAULT_STALL_TIMEOUT_S
+from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
 from ctr_volcano.volcano.task_config import EMPTY, TaskPodConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StepParams", "BACKENDS", "run_training_step", "build_spec", "check_claims", "train_config_of",
-           "run_owner_references"]
+__all__ = ["StepParams", "BACKENDS", "run_training_step", "VolcanoBackend", "build_spec", "check_claims",
+           "train_config_of", "run_owner_references"]
 
 BACKENDS = ("local", "volcano")
 #: How the Volcano gang gets its data and hands its model back: a shared ReadWriteMany claim, or the
@@ -97,7 +99,7 @@ class StepParams:
     priority_class: Optional[str] = None
     artifact_store: str = "pvc"
     pvc_name: Optional[str] = None
-    pvc_mount_path: str = "/mnt/ctr"
+    pvc_mount_path: str = PVC_MOUNT_PATH
     schedule_timeout_s: int = 600
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     run_id: Optional[str] = None
@@ -127,16 +129,15 @@ class StepParams:
             raise BadInput("backend", self.backend, f"use one of {', '.join(BACKENDS)}")
         for name in ("pservers", "trainers", "epochs", "batch_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value, 1):
                 raise BadInput(name, value, "use a whole number >= 1")
-        if not isinstance(self.learning_rate, (int, float)) or not self.learning_rate > 0:
+        if not is_positive(self.learning_rate):
             raise BadInput("learning_rate", self.learning_rate, "use a positive number such as 0.001")
-        if not isinstance(self.max_retry, int) or self.max_retry < 0:
+        if not is_int(self.max_retry, 0):
             raise BadInput("max_retry", self.max_retry, "use a whole number >= 0")
-        if not isinstance(self.gpus, int) or self.gpus < 0:
+        if not is_int(self.gpus, 0):
             raise BadInput("gpus", self.gpus, "use a whole number >= 0")
-        if isinstance(self.stall_timeout_s, bool) or not isinstance(self.stall_timeout_s, (int, float)) \
-                or not self.stall_timeout_s > 0:
+        if not is_positive(self.stall_timeout_s):
             raise BadInput("stall_timeout_s", self.stall_timeout_s,
                            "use a positive number of seconds (trainers log progress every 10 s)")
         if self.poll_s <= 0 or self.explain_every_s <= 0:
@@ -285,35 +286,17 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
     ``client`` (a :class:`ctr_model.store.Store`) when ``data_path`` is an ``s3://`` URI.
     """
     from ctr_model.config import ConfigError, TrainConfig
-    from ctr_model.data import DataError, resolve_split
-    from ctr_model.features import SchemaMismatch
-    from ctr_model.store import StoreError
-    from ctr_model.train import check_test_split
+    from ctr_volcano.backends import check_train_data
 
     try:
         TrainConfig.from_dict(train_config_of(params))
     except ConfigError as exc:
         raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
-    try:
-        split = None
-        if client is not None:
-            from ctr_model.workspace import remote_split
-
-            where, shards, _schema = remote_split(client, data_path, "train")
-        else:
-            split = resolve_split(data_path, "train")
-            check_test_split(data_path, split)
-            where, shards = split.path, split.files
-    except (DataError, SchemaMismatch, StoreError) as exc:
-        raise BadInput("train_data", data_path, str(exc)) from None
-    if len(shards) < params.trainers:
-        raise BadInput("trainers", params.trainers, f"{where} has only {len(shards)} shard(s); use "
-                                                    "at most that many trainers or re-run prep with more shards")
+    data = check_train_data(data_path, params.trainers, field="train_data", client=client)
     if init_model:
-        from ctr_volcano.training import check_init_model
+        from ctr_volcano.backends.local import check_init_model
 
-        check_init_model(init_model, train_config_of(params), params.pservers,
-                         split.hash_buckets if split is not None else None)
+        check_init_model(init_model, train_config_of(params), params.pservers, data.hash_buckets or None)
 
 
 def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str] = None,
@@ -357,8 +340,8 @@ def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str]
 def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
                       on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
                       log: Optional[Callable[[str], None]] = None, client: Any = None,
-                      init_model: Optional[str] = None) -> Any:
-    """Train with ``params.backend`` and leave the exported model in ``model_dir``.
+                      init_model: Optional[str] = None) -> TrainResult:
+    """Train with the backend ``params.backend`` names and leave the exported model in ``model_dir``.
 
     Args:
         data_path: the prep output directory as this process sees it.
@@ -372,18 +355,42 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
             onto the shared claim next to the data, because the pservers load it.
 
     Returns:
-        A ``ctr_volcano.training.TrainResult`` (``model_dir``, ``metrics``, ``output_dir``, ``attempts``).
+        A :class:`~ctr_volcano.backends.TrainResult`.
     """
-    log = log or logger.info
-    if params.backend == "local":
-        from ctr_volcano.training import train_local
+    backend: TrainingBackend
+    if params.backend == "volcano":
+        backend = VolcanoBackend(client)
+    else:
+        from ctr_volcano.backends.local import LocalBackend
 
-        if on_identity:
-            on_identity({"backend": "local", "pservers": params.pservers, "trainers": params.trainers})
-        return train_local(data_path, model_dir, train_config_of(params), pservers=params.pservers,
-                           trainers=params.trainers, max_retry=params.max_retry,
-                           stall_timeout_s=params.stall_timeout_s, log=log, init_model=init_model)
+        backend = LocalBackend()
+    return backend.train(data_path, model_dir, params, on_identity=on_identity, log=log or logger.info,
+                         init_model=init_model)
 
+
+class VolcanoBackend:
+    """The :class:`~ctr_volcano.backends.TrainingBackend` that runs the gang as a Volcano Job.
+
+    Args:
+        client: a ready :class:`~ctr_volcano.volcano.client.KubeClient`; default: one built from
+            ``params.kubeconfig``/in-cluster config for each run (and closed after it).
+    """
+
+    def __init__(self, client: Any = None) -> None:
+        self.client = client
+
+    def train(self, data_path: str, model_dir: str, params: StepParams, *,
+              on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
+              log: Callable[[str], None] = logger.info, init_model: Optional[str] = None) -> TrainResult:
+        """Check the inputs, hand the data over, run the Job and copy the model out (see
+        ``TrainingBackend.train``)."""
+        return _train_volcano(data_path, model_dir, params, on_identity=on_identity, log=log,
+                              client=self.client, init_model=init_model)
+
+
+def _train_volcano(data_path: str, model_dir: str, params: StepParams, *,
+                   on_identity: Optional[Callable[[Dict[str, Any]], None]], log: Callable[[str], None],
+                   client: Any, init_model: Optional[str]) -> TrainResult:
     from ctr_volcano.volcano.client import KubeClient
     from ctr_volcano.volcano.handoff import copy_model_out, prepare_run_dir
     from ctr_volcano.volcano.launcher import VolcanoLauncher

@@ -1,4 +1,4 @@
-"""Train on the local gang backend: the embedded default of ``ctr-volcano train`` and ``train_ctr``.
+"""The local backend: the embedded default of ``ctr-volcano train`` and ``train_ctr``.
 
 :func:`train_local` validates the inputs once, runs a supervised pserver/trainer gang of real processes
 (:mod:`ctr_volcano.local_gang`) that executes the production pod entrypoint, and copies the exported
@@ -12,38 +12,35 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Union
 
+from ctr_volcano.backends import DEFAULT_STALL_TIMEOUT_S, TrainResult, check_train_data
 from ctr_volcano.errors import BadInput
 from ctr_volcano.outputs import writable_dir
 
 if TYPE_CHECKING:
     from ctr_model.config import TrainConfig
+    from ctr_volcano.volcano.step import StepParams
 
-__all__ = ["TrainResult", "train_local", "check_init_model", "DEFAULT_STALL_TIMEOUT_S"]
+__all__ = ["LocalBackend", "train_local", "check_init_model"]
 
 logger = logging.getLogger(__name__)
 
-#: A trainer printing nothing for this long is considered hung (a dead pserver hangs trainers).
-DEFAULT_STALL_TIMEOUT_S = 300.0
 
+class LocalBackend:
+    """The :class:`~ctr_volcano.backends.TrainingBackend` that runs the gang as local processes."""
 
-@dataclass(frozen=True)
-class TrainResult:
-    """Outcome of a training run (shared by the local and Volcano backends).
+    def train(self, data_path: str, model_dir: str, params: "StepParams", *,
+              on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
+              log: Callable[[str], None] = logger.info, init_model: Optional[str] = None) -> TrainResult:
+        """:func:`train_local` with the step's parameters (see ``TrainingBackend.train``)."""
+        from ctr_volcano.volcano.step import train_config_of
 
-    Attributes:
-        model_dir: the exported model (``ctr_model.infer.load_model`` reads it).
-        metrics: the contents of ``metrics.json`` (per-epoch loss/AUC/examples per second, test metrics).
-        output_dir: the gang's shared output (checkpoints, model, metrics).
-        attempts: how many times the gang was started (1 = no restart).
-    """
-
-    model_dir: str
-    metrics: Dict[str, Any]
-    output_dir: str
-    attempts: int
+        if on_identity:
+            on_identity({"backend": "local", "pservers": params.pservers, "trainers": params.trainers})
+        return train_local(data_path, model_dir, train_config_of(params), pservers=params.pservers,
+                           trainers=params.trainers, max_retry=params.max_retry,
+                           stall_timeout_s=params.stall_timeout_s, log=log, init_model=init_model)
 
 
 def _config_dict(config: Any) -> Dict[str, Any]:
@@ -118,49 +115,17 @@ def train_local(data_dir: str, model_dir: str,
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
     from ctr_model import store as s3
-    from ctr_model.data import DataError, resolve_split
-    from ctr_model.train import check_test_split
     from ctr_volcano.local_gang import GangSpec, LocalGang
 
     log = log or logger.info
     cfg = _config_dict(config)
     env = dict(os.environ if store_env is None else store_env)
-    client = None
-    if s3.is_uri(os.fspath(data_dir)) or (output_dir and s3.is_uri(output_dir)):
-        try:
-            client = s3.Store(s3.StoreConfig.from_env(env))
-        except s3.StoreError as exc:
-            raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
-    if s3.is_uri(os.fspath(data_dir)):
-        from ctr_model.workspace import remote_split
-
-        assert client is not None   # made above for s3:// data
-
-        try:
-            split_uri, shards, _schema = remote_split(client, data_dir, "train")
-        except (DataError, s3.StoreError) as exc:
-            raise BadInput("data_dir", data_dir, str(exc)) from None
-        n_shards, hash_buckets = len(shards), 0
-    else:
+    client = _store_client(os.fspath(data_dir), output_dir, env)
+    if not s3.is_uri(os.fspath(data_dir)):
         data_dir = os.path.abspath(os.fspath(data_dir))
-        try:
-            split = resolve_split(data_dir, "train")
-            check_test_split(data_dir, split)   # scored after training: a bad one must fail before it
-        except DataError as exc:
-            raise BadInput("data_dir", data_dir, str(exc)) from None
-        split_uri, n_shards, hash_buckets = split.path, len(split.files), split.hash_buckets
-    if n_shards < trainers:
-        raise BadInput("trainers", trainers, f"{split_uri} has only {n_shards} shard(s); use at "
-                                             f"most that many trainers or re-run prep with more shards")
-    if output_dir is not None and not s3.is_uri(output_dir):
-        raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
-                                                 "for a local output")
-    if output_dir:
-        assert client is not None   # made above for an s3:// output
-        try:
-            client.check_bucket(output_dir)
-        except s3.StoreError as exc:
-            raise BadInput("output_dir", output_dir, str(exc)) from None
+    hash_buckets = check_train_data(data_dir, trainers, field="data_dir",
+                                    client=client if s3.is_uri(data_dir) else None).hash_buckets
+    _check_output_prefix(output_dir, client)
     if "hash_buckets" in cfg and hash_buckets and cfg["hash_buckets"] != hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
                        f"the data was hashed into {hash_buckets} buckets; drop the field or use that")
@@ -185,18 +150,7 @@ def train_local(data_dir: str, model_dir: str,
             shutil.rmtree(workdir, ignore_errors=True)
         raise
     result = LocalGang(spec, log=log).run()
-    for name in os.listdir(model_dir):
-        path = os.path.join(model_dir, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    if in_store:
-        assert client is not None
-        client.download(s3.join(output_dir, "model"), model_dir)
-        metrics = json.loads((client.read_bytes(s3.join(output_dir, "metrics.json")) or b"{}").decode())
-    else:
-        src = os.path.join(output_dir, "model")
-        shutil.copytree(src, model_dir, dirs_exist_ok=True)
-        with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
-            metrics = json.load(fh)
+    metrics = _copy_model_out(output_dir, model_dir, client if in_store else None)
     if own_workdir and not in_store:
         # nobody can resume from a temp dir: keep logs and metrics, drop the bulky tables
         shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
@@ -207,3 +161,48 @@ def train_local(data_dir: str, model_dir: str,
         + (f"; test auc {metrics['test']['auc']:.4f}" if "test" in metrics else ""))
     return TrainResult(model_dir=model_dir, metrics=metrics, output_dir=output_dir,
                        attempts=result.attempts)
+
+
+def _store_client(data_dir: str, output_dir: Optional[str], env: Mapping[str, str]) -> Any:
+    """The object-store client for ``s3://`` data or output (``None`` when neither is in a store)."""
+    from ctr_model import store as s3
+
+    if not (s3.is_uri(data_dir) or (output_dir and s3.is_uri(output_dir))):
+        return None
+    try:
+        return s3.Store(s3.StoreConfig.from_env(env))
+    except s3.StoreError as exc:
+        raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
+
+
+def _check_output_prefix(output_dir: Optional[str], client: Any) -> None:
+    """An explicit ``output_dir`` must be an ``s3://`` prefix in a bucket that exists."""
+    from ctr_model import store as s3
+
+    if output_dir is None:
+        return
+    if not s3.is_uri(output_dir):
+        raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
+                                                 "for a local output")
+    try:
+        client.check_bucket(output_dir)
+    except s3.StoreError as exc:
+        raise BadInput("output_dir", output_dir, str(exc)) from None
+
+
+def _copy_model_out(output_dir: str, model_dir: str, client: Any) -> Dict[str, Any]:
+    """Replace ``model_dir``'s contents by the gang's exported model; returns its ``metrics.json``.
+
+    ``client`` when ``output_dir`` is an ``s3://`` prefix, else ``None``.
+    """
+    from ctr_model import store as s3
+
+    for name in os.listdir(model_dir):
+        path = os.path.join(model_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if client is not None:
+        client.download(s3.join(output_dir, "model"), model_dir)
+        return dict(json.loads((client.read_bytes(s3.join(output_dir, "metrics.json")) or b"{}").decode()))
+    shutil.copytree(os.path.join(output_dir, "model"), model_dir, dirs_exist_ok=True)
+    with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
+        return dict(json.load(fh))
