@@ -7,7 +7,6 @@ by writing the model and metrics where the Job's env says, through the store.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +20,6 @@ from ctr_volcano.volcano.spec import KFP_ARTIFACT_SECRET, ObjectStore, TrainJobS
 from ctr_volcano.volcano.step import StepParams, run_training_step
 from tests.fake_k8s import FakeKube
 
-REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
 NS = "ml"
 
 
@@ -124,9 +121,8 @@ def test_a_bad_step_endpoint_is_one_line_exit_2(tmp_path, capsys):
 
 # ----------------------------------------------------------------- the step, with the real store
 @pytest.fixture
-def fake():
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
-    server = FakeKube(crd_path=str(CRD)).start()
+def fake(volcano_job_crd):
+    server = FakeKube(crd_path=volcano_job_crd).start()
     yield server
     server.stop()
 
