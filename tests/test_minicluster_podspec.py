@@ -11,6 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools" / "minicluster"))
 
+import hostservice  # noqa: E402
 import image_env  # noqa: E402
 import podspec  # noqa: E402
 
@@ -131,6 +132,22 @@ def test_hosts_file_names_peers_like_cluster_dns():
     assert "10.88.0.3\tjob-trainer-0.job.ns.svc.cluster.local\tjob-trainer-0.job\tjob-trainer-0" in lines
     assert "10.88.0.2\tjob-pserver-0.job.ns.svc.cluster.local\tjob-pserver-0.job" in lines
     assert sum("job-trainer-0.job" in line for line in lines) == 1
+
+
+def test_a_host_service_is_a_headless_service_the_pods_resolve_by_name():
+    service, slice_ = hostservice.service_objects("s3", "ns", "10.88.0.1", 8333)
+    assert service["spec"] == {"clusterIP": "None", "ports": [{"name": "tcp", "port": 8333, "protocol": "TCP"}]}
+    assert "selector" not in service["spec"]         # no controller rewrites the hand-written slice
+    assert slice_["metadata"]["labels"]["kubernetes.io/service-name"] == "s3"
+    assert slice_["endpoints"] == [{"addresses": ["10.88.0.1"], "conditions": {"ready": True}}]
+    # the node agent's peers: (address, hostname or "", service) -> the Service's own name
+    text = podspec.hosts_file("10.88.0.3", "job-trainer-0", "job", "ns", [("10.88.0.1", "", "s3")])
+    assert "10.88.0.1\ts3.ns.svc.cluster.local\ts3.ns\ts3" in text.splitlines()
+    assert hostservice.service_host("s3", "ns") == "s3.ns.svc.cluster.local"
+    svc = hostservice.HostService("br", "ns-s1", 1, 8333, host="s3.ns.svc.cluster.local")
+    assert (svc.address, svc.port, svc.url) == ("10.88.1.1", 8333, "http://s3.ns.svc.cluster.local:8333")
+    with pytest.raises(ValueError):
+        hostservice.HostService("br", "x", 256, 1)
 
 
 def test_trainer_dockerfile_is_read_for_its_pins_and_defaults():

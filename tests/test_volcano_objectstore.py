@@ -7,7 +7,6 @@ by writing the model and metrics where the Job's env says, through the store.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +20,6 @@ from ctr_volcano.volcano.spec import KFP_ARTIFACT_SECRET, ObjectStore, TrainJobS
 from ctr_volcano.volcano.step import StepParams, run_training_step
 from tests.fake_k8s import FakeKube
 
-REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
 NS = "ml"
 
 
@@ -91,11 +88,41 @@ def test_step_params_s3_needs_no_pvc():
         StepParams(backend="volcano", artifact_store="nfs")
 
 
+def test_step_endpoint_is_the_steps_own_and_never_reaches_the_manifest():
+    """A step outside the cluster (a port-forward) reaches the store elsewhere than the pods do."""
+    from ctr_volcano.volcano.step import build_spec
+
+    params = StepParams(backend="volcano", artifact_store="s3", s3_endpoint="http://s3.ml.svc:8333",
+                        s3_step_endpoint="http://127.0.0.1:18333", namespace=NS, image="img:1", job_name="j")
+    config = params.step_store_config({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"})
+    assert (config.endpoint, config.access_key, config.addressing) == ("http://127.0.0.1:18333", "a", "path")
+    job = build_job(build_spec(params, "s3://b/data", "s3://b/ctr-runs/j/output", name="j"))
+    assert "127.0.0.1:18333" not in json.dumps(job)
+    for _role, pod in _containers(job):
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert env["CTR_S3_ENDPOINT"]["value"] == "http://s3.ml.svc:8333"
+    # unset: the step uses the pods' endpoint
+    same = StepParams(backend="volcano", artifact_store="s3", s3_endpoint="http://s3.ml.svc:8333")
+    assert same.step_store_config({}).endpoint == "http://s3.ml.svc:8333"
+
+
+def test_a_bad_step_endpoint_is_one_line_exit_2(tmp_path, capsys):
+    from ctr_volcano.cli import main
+
+    with pytest.raises(BadInput) as err:
+        StepParams(backend="volcano", artifact_store="s3", s3_step_endpoint="127.0.0.1:18333")
+    assert err.value.field == "s3_step_endpoint" and "http://HOST:PORT" in err.value.fix
+    rc = main(["train", "--backend", "volcano", "--artifact-store", "s3", "--data", str(tmp_path),
+               "--model-out", str(tmp_path / "m"), "--s3-step-endpoint", "localhost:18333"])
+    err_lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2
+    assert len(err_lines) == 1 and "--s3-step-endpoint" in err_lines[0] and "localhost:18333" in err_lines[0]
+
+
 # ----------------------------------------------------------------- the step, with the real store
 @pytest.fixture
-def fake():
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
-    server = FakeKube(crd_path=str(CRD)).start()
+def fake(volcano_job_crd):
+    server = FakeKube(crd_path=volcano_job_crd).start()
     yield server
     server.stop()
 

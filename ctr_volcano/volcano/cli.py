@@ -31,6 +31,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: KFP's mlpipeline-minio-artifact)")
     g.add_argument("--s3-root", default=None, metavar="S3_URI",
                    help="s3: where run directories go (default: s3://<data bucket>/ctr-runs)")
+    g.add_argument("--s3-step-endpoint", default=None, metavar="URL",
+                   help="s3: the S3 API as this command reaches it, when --s3-endpoint (the pods') is not "
+                        "reachable from here, e.g. a port-forward to the in-cluster store (default: "
+                        "--s3-endpoint)")
     g.add_argument("--pvc-name", default=None, help="shared ReadWriteMany PVC for data and model handoff")
     g.add_argument("--pvc-mount-path", default=PVC_MOUNT_PATH,
                    help="where the PVC is mounted here and in the gang's pods (default: %(default)s)")
@@ -84,7 +88,7 @@ def cli_train(args: Any, config: Optional[Mapping[str, Any]] = None) -> int:
         explain_every_s=opt("explain_every", 30.0), config=dict(config or {}),
         artifact_store=opt("artifact_store", "pvc"), s3_endpoint=opt("s3_endpoint"),
         s3_secret=opt("s3_secret"), s3_region=opt("s3_region") or "us-east-1",
-        s3_root=opt("s3_root"))
+        s3_root=opt("s3_root"), s3_step_endpoint=opt("s3_step_endpoint"))
     result = run_training_step(args.data, args.model_out, params)
     print(json.dumps({"model_dir": result.model_dir, "output_dir": result.output_dir,
                       "attempts": result.attempts, "metrics": result.metrics}, default=str, sort_keys=True))

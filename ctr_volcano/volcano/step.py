@@ -71,6 +71,10 @@ class StepParams:
         explain_every_s: Volcano: seconds between "why Pending" reports.
         s3_endpoint: Volcano, ``s3``: the S3 API as the pods (and this step) reach it, ``http(s)://
             host:port``; ``None`` = KFP's store (:data:`~ctr_volcano.volcano.spec.KFP_ARTIFACT_ENDPOINT`).
+        s3_step_endpoint: Volcano, ``s3``: the S3 API as this step reaches it, when that differs from
+            the pods' (a CLI outside the cluster through a port-forward); used only by the step's own
+            client (upload, checks, model copy, cleanup), never put in the manifest; ``None`` =
+            ``s3_endpoint``.
         s3_secret: Volcano, ``s3``: the Secret with the store's credentials (keys ``accesskey``/
             ``secretkey``, KFP's layout); ``None`` = KFP's own artifact-store Secret.
         s3_region: Volcano, ``s3``: signing region.
@@ -115,6 +119,7 @@ class StepParams:
     poll_s: float = 5.0
     explain_every_s: float = 30.0
     s3_endpoint: Optional[str] = None
+    s3_step_endpoint: Optional[str] = None
     s3_secret: Optional[str] = None
     s3_region: str = "us-east-1"
     s3_root: Optional[str] = None
@@ -151,6 +156,7 @@ class StepParams:
             raise BadInput("artifact_store", self.artifact_store, f"use one of {', '.join(ARTIFACT_STORES)}")
         if self.backend == "volcano" and self.artifact_store == "s3":
             self.object_store()   # validates endpoint, secret, region now
+            self.step_store_config({})   # the step's endpoint too (keys are read at run time)
         elif self.backend == "volcano" and self.handoff_volume is None:
             if self.workspace_path:
                 raise BadInput("workspace_path", self.workspace_path,
@@ -174,6 +180,21 @@ class StepParams:
         if self.s3_secret:
             kwargs["secret"] = self.s3_secret
         return ObjectStore(**kwargs)
+
+    def step_store_config(self, env: Optional[Mapping[str, str]] = None) -> Any:
+        """The :class:`ctr_model.store.StoreConfig` of this step's own client: the pods' endpoint,
+        region and addressing, except that :attr:`s3_step_endpoint` (if set) replaces the endpoint;
+        keys from ``env`` (default: this process's environment)."""
+        from ctr_model.store import StoreConfig, StoreError
+
+        obj = self.object_store()
+        endpoint = self.s3_step_endpoint or obj.endpoint
+        field = "s3_step_endpoint" if self.s3_step_endpoint else "s3_endpoint"
+        try:
+            return StoreConfig.from_env({**(os.environ if env is None else env), "CTR_S3_ENDPOINT": endpoint,
+                                         "CTR_S3_REGION": obj.region, "CTR_S3_ADDRESSING": obj.addressing})
+        except StoreError as exc:
+            raise BadInput(field, endpoint, str(exc)) from None
 
     @property
     def handoff_dir(self) -> str:
@@ -401,16 +422,20 @@ def _train_volcano(data_path: str, model_dir: str, params: StepParams, *,
         if init_model:
             raise BadInput("init_model", init_model, "warm start reads the init model from a volume every "
                                                      "pserver mounts: use the PVC or run-workspace hand-off")
-        from ctr_model.store import Store, StoreConfig, StoreError
+        from ctr_model.store import Store, StoreError
         from ctr_volcano.volcano.objectstore import prepare_store_run
 
         obj = params.object_store()
-        try:   # this step signs with its own environment's keys (KFP: the same Secret as env)
-            store = Store(StoreConfig.from_env({**os.environ, "CTR_S3_ENDPOINT": obj.endpoint,
-                                                "CTR_S3_REGION": obj.region,
-                                                "CTR_S3_ADDRESSING": obj.addressing}))
+        # this step signs with its own environment's keys (KFP: the same Secret as env), and reaches
+        # the store at s3_step_endpoint when that differs from the pods' endpoint
+        config = params.step_store_config()
+        try:
+            store = Store(config)
         except StoreError as exc:
-            raise BadInput("s3_endpoint", obj.endpoint, str(exc)) from None
+            raise BadInput("s3_step_endpoint" if params.s3_step_endpoint else "s3_endpoint", config.endpoint,
+                           str(exc)) from None
+        if params.s3_step_endpoint:
+            log(f"[volcano] object store: this step uses {params.s3_step_endpoint}, the pods {obj.endpoint}")
         store_run = prepare_store_run(store, data_path, name, params.s3_root, log=log)
         _check_before_submit(store_run.data_uri, params, client=store)
         data_dir, output_dir = store_run.data_uri, store_run.output_uri

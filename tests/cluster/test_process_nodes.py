@@ -5,7 +5,8 @@ in its own network and mount namespaces, with the trainer image's Python environ
 its real exit code. So these tests check what only real pods show: the env and files Volcano's svc
 and env plugins inject, host names resolved through the headless Service's EndpointSlices, a
 persistent volume bound by kube-controller-manager, logs read through the API, and Paddle training
-for real through the product's PVC hand-off. Every assertion is on a real outcome: exit codes,
+for real through the product's PVC hand-off, and again through the object store alone (the real S3
+server on the host's loopback, served to the pods by a host service of the mini cluster). Every assertion is on a real outcome: exit codes,
 files the pods wrote, the process table.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -217,12 +218,14 @@ class GangSampler:
         return processes_with_env(*items)
 
 
-def _params(sandbox, claim: Path, job: str, **over):
+def _params(sandbox, claim: Optional[Path], job: str, **over):
+    """The step's parameters: the PVC hand-off on ``claim``, or (``claim=None``) no volume at all."""
     from ctr_volcano.volcano.step import StepParams
 
+    handoff = dict(pvc_name="ctr-data", pvc_mount_path=str(claim)) if claim else {}
     fields = dict(backend="volcano", pservers=2, trainers=2, epochs=2, batch_size=512,
                   learning_rate=0.002, max_retry=2, namespace=sandbox.namespace, image=IMAGE,
-                  pvc_name="ctr-data", pvc_mount_path=str(claim), job_name=job,
+                  **handoff, job_name=job,
                   kubeconfig=sandbox.launcher_kubeconfig, cpu="1", memory="1Gi",
                   ttl_seconds_after_finished=None, schedule_timeout_s=120, poll_s=0.5,
                   explain_every_s=10.0)
@@ -268,6 +271,86 @@ def test_gang_trains_for_real(sandbox, tmp_path, planted):
     assert "[trainer-0]" in log, "the launcher streamed no trainer log through the API"
     auc = _evaluate_auc(tmp_path / "model", planted["prep"], tmp_path / "eval")
     print(f"\nscenario a: {took:.0f}s, test AUC {auc:.4f}, oracle {planted['oracle_auc']:.4f}")
+    assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
+
+
+@pytest.mark.parametrize("data_from", ["kfp-artifact", "step-upload"])
+def test_gang_trains_through_the_object_store(sandbox, tmp_path, planted, s3_server, s3_bucket, monkeypatch,
+                                              data_from):
+    """Scenario a with ``artifact_store="s3"`` and no volume at all: the real S3 server (SeaweedFS on
+    the host's loopback) is served to the pods as ``s3.<namespace>.svc.cluster.local`` by a host
+    service; the step reaches it on 127.0.0.1 (``s3_step_endpoint``). The data is the input
+    artifact KFP would hand over (``minio://`` URI, put there by the test) or a local prep directory
+    the step uploads; the credentials come from a Secret by reference; the model is copied into the
+    step's output and the run's objects are deleted; the model is within 0.02 AUC of the oracle."""
+    from kubernetes import client
+
+    from ctr_model import store as s3
+    from ctr_volcano.volcano.step import run_training_step
+
+    ns, job = sandbox.namespace, f"ctr-s3-{data_from[0]}"
+    sandbox.add_process_nodes(2)
+    core = client.CoreV1Api(sandbox.api())
+    core.create_namespaced_secret(ns, {"metadata": {"name": "store-creds"}, "stringData": {
+        "accesskey": s3_server.access_key, "secretkey": s3_server.secret_key}})
+    service = sandbox.cluster.host_service("s3", ns, int(s3_server.endpoint.rsplit(":", 1)[1]))
+    sandbox.cleanup.append(service.stop)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)     # the step's own keys
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    store = s3.Store(s3.StoreConfig(endpoint=s3_server.endpoint, access_key=s3_server.access_key,
+                                    secret_key=s3_server.secret_key))
+    root = s3.join(s3_bucket, "ctr-runs")
+    if data_from == "kfp-artifact":
+        artifact = s3.join(s3_bucket, "v2/artifacts/pipe/run-1/prep/data")
+        store.upload(planted["prep"], artifact)
+        data = "minio://" + artifact[len("s3://"):]                   # what KFP's artifact.uri looks like
+    else:
+        artifact, data = None, planted["prep"]
+    lines: List[str] = []
+    t0 = time.monotonic()
+    try:
+        with GangSampler(job) as sampler:
+            result = run_training_step(data, str(tmp_path / "model"), _params(
+                sandbox, None, job, epochs=3, artifact_store="s3", s3_endpoint=service.url,
+                s3_step_endpoint=s3_server.endpoint, s3_secret="store-creds", s3_root=root),
+                log=lines.append)
+    finally:
+        service.stop()
+    took = time.monotonic() - t0
+    log = "\n".join(lines)
+    assert job_phase(sandbox.api(), ns, job) == "Completed", log
+    assert result.attempts == 1
+    wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
+    # no volume at all: no claim in the namespace, only the scratch emptyDir in the Job
+    assert core.list_namespaced_persistent_volume_claim(ns).items == []
+    rendered = get_job(sandbox.api(), ns, job)
+    for task in rendered["spec"]["tasks"]:
+        pod = task["template"]["spec"]
+        assert [v for v in pod.get("volumes", []) if "emptyDir" not in v] == [], pod["volumes"]
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert env["CTR_S3_ENDPOINT"]["value"] == service.url == f"http://s3.{ns}.svc.cluster.local:{service.port}"
+        for var, key in (("AWS_ACCESS_KEY_ID", "accesskey"), ("AWS_SECRET_ACCESS_KEY", "secretkey")):
+            assert env[var] == {"name": var, "valueFrom": {"secretKeyRef": {"name": "store-creds", "key": key}}}
+    dumped = json.dumps(rendered)
+    assert s3_server.secret_key not in dumped and s3_server.endpoint not in dumped
+    # the real pods read the store through the host service, with the Secret's keys
+    envs = list(sampler.envs.values())
+    assert sorted({(e["CTR_ROLE"], e["VC_TASK_INDEX"]) for e in envs}) == [
+        ("pserver", "0"), ("pserver", "1"), ("trainer", "0"), ("trainer", "1")]
+    for e in envs:
+        assert e["CTR_DATA_DIR"].startswith("s3://") and e["CTR_OUTPUT_DIR"].startswith(root + "/")
+        assert e["AWS_SECRET_ACCESS_KEY"] == s3_server.secret_key
+    assert service.connections > 0
+    # the model in the step's output, the run's objects gone, the input artifact untouched
+    assert (tmp_path / "model" / "model_meta.json").is_file()
+    assert result.metrics["epochs"]
+    assert [n for n, is_dir in store.list(root, recursive=True) if not is_dir] == []
+    if artifact:
+        assert store.exists(s3.join(artifact, "train/schema.json"))
+    assert "[trainer-0]" in log, "the launcher streamed no trainer log through the API"
+    auc = _evaluate_auc(tmp_path / "model", planted["prep"], tmp_path / "eval")
+    print(f"\nscenario a, object store ({data_from}): {took:.0f}s, test AUC {auc:.4f}, "
+          f"oracle {planted['oracle_auc']:.4f}, {service.connections} connections through the host service")
     assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
 
 

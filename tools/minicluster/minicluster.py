@@ -385,6 +385,8 @@ class MiniCluster:
         self.images = dict(images or DEFAULT_IMAGES)
         #: prefix of this cluster's network namespaces (unique per cluster on the machine)
         self.netns_prefix = f"mc{os.getpid() % 0xffff:x}{os.urandom(2).hex()}"
+        #: host services given to the pods (:meth:`host_service`), stopped before the node agent
+        self.host_services: List[Any] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 180.0) -> "MiniCluster":
@@ -426,6 +428,9 @@ class MiniCluster:
         if self._stopped:
             return
         self._stopped = True
+        for svc in list(self.host_services):
+            svc.stop()
+        self.host_services.clear()
         for name in reversed(list(self.procs)):
             # the agent kills every pod process and removes the namespaces on SIGTERM
             procgroup.kill_group(self.procs[name], grace=60 if name == "nodeagent" else 10)
@@ -803,6 +808,44 @@ class MiniCluster:
             raise ClusterError("this cluster was started without process_nodes=True")
         return self.add_nodes(count, shape, prefix=prefix, start=start, timeout=timeout,
                               node_type="process")
+
+    def host_service(self, name: str, namespace: str, target_port: int,
+                     port: Optional[int] = None) -> Any:
+        """Serve ``127.0.0.1:target_port`` of the host to the process nodes' pods.
+
+        The pods reach it at ``<name>.<namespace>.svc.cluster.local:<port>`` (a selector-less
+        Service and its EndpointSlice; the node agent writes the name into their ``/etc/hosts``),
+        or at the returned service's ``address``; see ``hostservice.py``. Stopped by
+        :meth:`HostService.stop <hostservice.HostService.stop>` or at the latest by :meth:`stop`.
+
+        Returns:
+            The running :class:`hostservice.HostService` (``host``, ``address``, ``port``, ``url``).
+        """
+        from kubernetes import client
+
+        if str(HERE) not in sys.path:
+            sys.path.insert(0, str(HERE))
+        import hostservice
+
+        if not self.process_nodes:
+            raise ClusterError("this cluster was started without process_nodes=True")
+        used = {s.index for s in self.host_services}
+        index = next(i for i in range(256) if i not in used)
+        svc = hostservice.HostService(bridge_ns=f"{self.netns_prefix}-br", netns=f"{self.netns_prefix}-s{index}",
+                                      index=index, target_port=target_port, port=port or target_port,
+                                      host=hostservice.service_host(name, namespace))
+        svc.start()
+        self.host_services.append(svc)
+        svc.on_stop = lambda: self.host_services.remove(svc) if svc in self.host_services else None
+        api = self.api_client()
+        service, slice_ = hostservice.service_objects(name, namespace, svc.address, svc.port)
+        try:
+            client.CoreV1Api(api).create_namespaced_service(namespace, service)
+            client.DiscoveryV1Api(api).create_namespaced_endpoint_slice(namespace, slice_)
+        except BaseException:
+            svc.stop()
+            raise
+        return svc
 
     def create_host_volume(self, name: str, path: Path, claim_namespace: str, claim_name: str,
                            size: str = "20Gi") -> Dict[str, Any]:

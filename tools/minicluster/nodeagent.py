@@ -403,8 +403,9 @@ class Agent:
             for es in self.disc.list_namespaced_endpoint_slice(ns).items:
                 svc = (es.metadata.labels or {}).get("kubernetes.io/service-name")
                 for ep in es.endpoints or []:
-                    if svc and ep.hostname and ep.addresses:
-                        peers.append((ep.addresses[0], ep.hostname, svc))
+                    if svc and ep.addresses and (ep.hostname or not ep.target_ref):
+                        # a pod's own name; or a Service's name for an endpoint that is no pod's
+                        peers.append((ep.addresses[0], ep.hostname or "", svc))
             for run in list(self.pods.values()):
                 if run.namespace == ns and not run.terminating and run.exit_code is None:
                     self._write_hosts(run, peers)

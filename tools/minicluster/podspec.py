@@ -321,7 +321,11 @@ def render_pod(pod: Mapping[str, Any], *, image_env: Mapping[str, str], image_cm
 def hosts_file(pod_ip: str, hostname: str, subdomain: str, namespace: str,
                peers: List[Tuple[str, str, str]], domain: str = "cluster.local") -> str:
     """``/etc/hosts`` of a pod: localhost, itself, and ``peers`` ``(ip, hostname, service)`` taken
-    from the EndpointSlices of its namespace (the names a cluster DNS would answer)."""
+    from the EndpointSlices of its namespace (the names a cluster DNS would answer).
+
+    A peer without a hostname (an endpoint of a Service that is not a pod's subdomain, e.g. a host
+    service of ``hostservice.py``) gives the Service's own name, as a headless Service's DNS record.
+    """
     lines = ["# Kubernetes-managed hosts file (process node; peers from EndpointSlices).",
              "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     seen = set()
@@ -332,5 +336,8 @@ def hosts_file(pod_ip: str, hostname: str, subdomain: str, namespace: str,
         if (ip, host, svc) in seen:
             continue
         seen.add((ip, host, svc))
+        if not host:
+            lines.append(f"{ip}\t{svc}.{namespace}.svc.{domain}\t{svc}.{namespace}\t{svc}")
+            continue
         lines.append(f"{ip}\t{host}.{svc}.{namespace}.svc.{domain}\t{host}.{svc}")
     return "\n".join(lines) + "\n"
