@@ -274,20 +274,31 @@ def hash_categorical(values: Any, column: Union[int, str],
     """
     j = _column_number(column)
     buckets = validate_hash_buckets(hash_buckets)
-    if type(values).__name__ == "ChunkedArray" and values.num_chunks != 1:
-        parts = [hash_categorical(chunk, j, buckets) for chunk in values.chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if type(values).__name__ != "ChunkedArray":
+        return _hash_chunk(values, j, buckets, None)
+    out = np.empty(len(values), dtype=np.int64)   # each chunk hashed straight into its slice
+    pos = 0
+    for chunk in values.chunks:
+        _hash_chunk(chunk, j, buckets, out[pos:pos + len(chunk)])
+        pos += len(chunk)
+    return out
+
+
+def _hash_chunk(values: Any, j: int, buckets: int, out: Optional[np.ndarray]) -> np.ndarray:
+    """:func:`hash_categorical` of one array, into ``out`` (int64, its length) if given."""
     offsets, data = _binary_parts(values)
     n = len(offsets) - 1
+    out = np.empty(n, dtype=np.int64) if out is None else out
     lo, hi = int(offsets[0]), int(offsets[-1])
     salt = np.uint64(column_salt(j))
     lengths = np.diff(offsets)
     if hi - lo == 8 * n and (n == 0 or int(lengths.min()) == 8):
         # Every value is 8 bytes (all of Criteo without empties): the keys are a little-endian
         # view of the data buffer, xor'ed with the salt straight into the output.
-        ids = np.bitwise_xor(data[lo:hi].view("<u8"), salt, dtype=np.uint64)
+        ids = out.view(np.uint64)
+        np.bitwise_xor(data[lo:hi].view("<u8"), salt, out=ids)
         _finish_ids(ids, buckets)
-        return ids.view(np.int64)
+        return out
     nonempty = lengths != 0
     if hi - lo == 8 * int(np.count_nonzero(nonempty)) and np.all((lengths | 8) == 8):
         # Every value is empty or 8 bytes: the non-empty values are consecutive 8-byte words.
@@ -296,7 +307,7 @@ def hash_categorical(values: Any, column: Union[int, str],
         keys = _keys_general(offsets, lengths, data, nonempty)
         keys ^= salt
     _finish_ids(keys, buckets)
-    out = np.full(n, j - 1, dtype=np.int64)
+    out[:] = j - 1
     out[nonempty] = keys.view(np.int64)
     return out
 
