@@ -353,6 +353,13 @@ def _work(path: str, start: int, end: int, text: Optional[bytes], hash_buckets: 
     return n_lines, rejects, out, missing
 
 
+def _work_on(args: Tuple[str, int, int, Optional[bytes], int], slot: Optional[int]
+             ) -> Tuple[int, list, Any, Optional[np.ndarray]]:
+    """:func:`_work` on a piece's ``(path, start, end, text, hash_buckets)``."""
+    path, start, end, text, hash_buckets = args
+    return _work(path, start, end, text, hash_buckets, slot)
+
+
 class _Slots:
     """Shared memory the forked workers write their output tables into (Arrow IPC), one slot per
     piece in flight. The columns then cross once, where returning the table would pickle, pipe and
@@ -777,22 +784,43 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
             test.remove()
 
 
-def _lanes(workers: int):
-    """An executor for :func:`_work`: a thread for one worker, else ``workers`` forked processes.
+class _Lanes:
+    """Where :func:`_work` runs: one thread of this process, plus ``workers - 1`` forked processes,
+    taking the pieces in turn.
 
-    Forked, not spawned: a spawned or fork-server child re-runs the caller's ``__main__`` script,
-    which breaks any script without a ``__main__`` guard. The pool is forked at the first submit,
-    before the writer thread starts; Arrow re-creates its own thread pools in a forked child. The
-    workers read plain files themselves, so only byte ranges go to them and only the transformed
-    columns come back.
+    The thread lane needs no transport, so one worker costs what a single-process prep costs and
+    each further worker adds a core. Forked, not spawned: a spawned or fork-server child re-runs
+    the caller's ``__main__`` script, which breaks any script without a ``__main__`` guard. The
+    pool is forked at the first submit, before this module's threads start; Arrow re-creates its
+    own thread pools in a forked child. The processes read plain files themselves, so only byte
+    ranges go to them and only the transformed columns come back (through :class:`_Slots`).
     """
-    if workers == 1:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="prep-work")
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_worker_init)
+    def __init__(self, workers: int):
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prep-work")
+        self.pool = None
+        self.turn = 0
+        self.workers = workers
+        if workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(max_workers=workers - 1, initializer=_worker_init,
+                                            mp_context=multiprocessing.get_context("fork"))
+
+    def submit(self, slots: "Optional[_Slots]", *args: Any) -> Future:
+        """Run ``_work(*args)`` on the next lane in turn (a process lane gets a slot if one is
+        free)."""
+        self.turn = (self.turn + 1) % self.workers
+        if self.pool is None or self.turn == 0:
+            return self.thread.submit(_work_on, args, None)
+        slot = slots.free.pop() if slots is not None and slots.free else None
+        return self.pool.submit(_work_on, args, slot)
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.thread.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_init() -> None:
@@ -850,7 +878,7 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
                       if workers > 1 else None)
     if slots is not None:
         gc.freeze()     # the workers' collector then leaves the inherited heap alone (no copy-on-write)
-    lanes = _lanes(workers)
+    lanes = _Lanes(workers)
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prep-write") as writer:
             def fill() -> None:
@@ -860,8 +888,7 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
                         return
                     future = None
                     if job[0] == "piece":
-                        slot = slots.free.pop() if slots is not None and slots.free else None
-                        future = lanes.submit(_work, *job[4], config.hash_buckets, slot)
+                        future = lanes.submit(slots, *job[4], config.hash_buckets)
                     window.append((job, future))
 
             pending: Optional[Future] = None
@@ -917,7 +944,7 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
             if pending is not None:
                 pending.result()
     finally:
-        lanes.shutdown(wait=True, cancel_futures=True)
+        lanes.shutdown()
         _SLOTS = None
         if slots is not None:
             slots.mem.close()
