@@ -1,14 +1,17 @@
 """Streaming Criteo TSV -> stably hashed, normalised Parquet shards, with every row accounted for.
 
 Criteo files are large (GBs to TBs, often gzipped), so prep never holds more than a few blocks of
-text: it reads ``block_bytes`` at a time (cut at a line end), parses each block with pyarrow's
-multithreaded CSV reader, and hands it to a second thread that transforms it with vectorised numpy
-(:mod:`ctr_model.features`, the same code training, evaluation and serving use) and writes it, while
-a third thread reads (and gunzips) the next block. A block that pyarrow cannot parse as-is (a wrong field count, a non-integer in an integer
-column, a stray carriage return) goes through a careful path that checks field counts line by
-line and bisects the rest with the same parser, so every bad line is rejected with its exact file,
-line number and reason and every good line is kept. ``rows_in == rows_train + rows_test +
-rows_rejected`` holds for every input.
+text. It cuts the input into ``block_bytes`` blocks at line ends (plain files by byte range,
+gzip files as they are decompressed) and each block into ~4 MiB pieces. ``workers`` lanes (a thread
+of this process and ``workers - 1`` forked processes) take the pieces in turn: read, parse with
+pyarrow's CSV reader, reject, transform with vectorised numpy (:mod:`ctr_model.features`, the same
+code training, evaluation and serving use). This process takes the results back in input order,
+reassembles each block, splits it and writes it from a writer thread while the lanes go on, so the
+output never depends on ``workers``. A piece that pyarrow cannot parse as-is (a wrong field count,
+a non-integer in an integer column, a stray carriage return) goes through a careful path that
+checks field counts line by line and bisects the rest with the same parser, so every bad line is
+rejected with its exact file, line number and reason and every good line is kept.
+``rows_in == rows_train + rows_test + rows_rejected`` holds for every input.
 
 Split: stratified by label (:class:`StratifiedSplit`): the ``k``-th kept line with label ``y``
 (0-based, in input order) goes to test iff ``floor((k + 1) f + o_y) > floor(k f + o_y)``, with ``f``
@@ -81,7 +84,9 @@ class PrepConfig:
         test_shards: test shards (evaluation reads them all).
         max_bad_fraction: prep fails if rejected lines exceed this share of all lines.
         seed: selects the train/test split.
-        block_bytes: text read and parsed at a time; memory use is a few times this.
+        block_bytes: text split and written at a time (each block's train rows go to the shards
+            as contiguous slices, so the shard layout depends on it; the lanes parse it in pieces
+            of up to 4 MiB); memory use is a few times this.
         max_examples: rejected lines kept verbatim (truncated) in ``stats.json``.
         compression: Parquet codec.
         workers: processes parsing and transforming pieces of the blocks in parallel; 0 means the
