@@ -813,14 +813,14 @@ class _Lanes:
             self.pool = ProcessPoolExecutor(max_workers=workers - 1, initializer=_worker_init,
                                             mp_context=multiprocessing.get_context("fork"))
 
-    def submit(self, slots: "Optional[_Slots]", *args: Any) -> Future:
-        """Run ``_work(*args)`` on the next lane in turn (a process lane gets a slot if one is
-        free)."""
+    def submit(self, slots: "Optional[_Slots]", *args: Any) -> Tuple[Future, Optional[int]]:
+        """Run ``_work(*args)`` on the next lane in turn; a process lane gets a slot if one is
+        free. Returns the future and the slot, which the caller gives back."""
         self.turn = (self.turn + 1) % self.workers
         if self.pool is None or self.turn == 0:
-            return self.thread.submit(_work_on, args, None)
+            return self.thread.submit(_work_on, args, None), None
         slot = slots.free.pop() if slots is not None and slots.free else None
-        return self.pool.submit(_work_on, args, slot)
+        return self.pool.submit(_work_on, args, slot), slot
 
     def shutdown(self) -> None:
         if self.pool is not None:
@@ -878,7 +878,7 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
     splitter = StratifiedSplit(config.seed, config.test_fraction)   # blocks reach it in input order
     window_size = 2 * workers + 2       # pieces in flight: bounds memory whatever the core count
     jobs = _jobs(files, config.block_bytes)
-    window: Deque[Tuple[_Job, Optional[Future]]] = deque()
+    window: Deque[Tuple[_Job, Optional[Future], Optional[int]]] = deque()
     slots = _SLOTS = (_Slots(window_size, _piece_bytes(config.block_bytes) * 3 // 2 + (1 << 20))
                       if workers > 1 else None)
     if slots is not None:
@@ -891,17 +891,17 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
                     job = next(jobs, None)
                     if job is None:
                         return
-                    future = None
+                    future, slot = None, None
                     if job[0] == "piece":
-                        future = lanes.submit(slots, *job[4], config.hash_buckets)
-                    window.append((job, future))
+                        future, slot = lanes.submit(slots, *job[4], config.hash_buckets)
+                    window.append((job, future, slot))
 
             pending: Optional[Future] = None
             file_lines = 0
             parts: List[Tuple[int, list, Any, Optional[np.ndarray]]] = []
             fill()
             while window:
-                job, future = window.popleft()
+                job, future, slot = window.popleft()
                 kind, path = job[0], job[1]
                 if kind == "error":
                     raise job[2]
@@ -918,8 +918,11 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
                     continue
                 assert future is not None
                 result = future.result()
-                if slots is not None and isinstance(result[2], tuple):
-                    result = (result[0], result[1], slots.take(*result[2][1:]), result[3])
+                if slots is not None and slot is not None:
+                    if isinstance(result[2], tuple):
+                        result = (result[0], result[1], slots.take(*result[2][1:]), result[3])
+                    else:   # no good line, or the table did not fit: the slot was not used
+                        slots.free.append(slot)
                 fill()
                 parts.append(result)
                 progress.update(rows=result[0], nbytes=job[3])

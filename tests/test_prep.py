@@ -389,3 +389,25 @@ def test_an_empty_line_in_an_otherwise_good_block_is_an_empty_line(sample_dir, t
                  PrepConfig(max_bad_fraction=0.1, workers=1))
     assert stats["rejected_by_reason"] == {"empty line": 1}
     assert stats["rejected_examples"][0]["line"] == 21
+
+
+def test_workers_fall_back_to_pickling_when_a_piece_does_not_fit_its_slot(sample_dir, tmp_path,
+                                                                          monkeypatch):
+    """Lines far shorter than Criteo's make a piece's output bigger than its shared-memory slot;
+    such results come back through the pool instead, with the same output."""
+    from ctr_volcano import prep as prep_module
+
+    lines = gzip.open(sorted(sample_dir.glob("part-*"))[0], "rt").read().splitlines()[:1500]
+    (tmp_path / "raw.tsv").write_text("\n".join(lines) + "\n")
+    config = dict(block_bytes=1 << 16, shards=2)
+    one = prep([str(tmp_path / "raw.tsv")], str(tmp_path / "w1"), PrepConfig(workers=1, **config))
+    real_slots = prep_module._Slots
+    monkeypatch.setattr(prep_module, "_Slots", lambda count, size: real_slots(count, 4096))
+    two = prep([str(tmp_path / "raw.tsv")], str(tmp_path / "w2"), PrepConfig(workers=2, **config))
+    assert two["workers"] == 2 and one["rows_train"] == two["rows_train"]
+    files1, stats1 = _split_contents(tmp_path / "w1")
+    files2, stats2 = _split_contents(tmp_path / "w2")
+    assert stats1 == stats2 and files1.keys() == files2.keys()
+    for name in files1:
+        assert files1[name] == files2[name] if isinstance(files1[name], str) \
+            else files1[name].equals(files2[name]), name
