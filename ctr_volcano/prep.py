@@ -92,7 +92,8 @@ class PrepConfig:
         workers: processes parsing and transforming pieces of the blocks in parallel; 0 means the
             cores available to this process (its CPU affinity, capped by a cgroup CPU quota), at
             most :data:`AUTO_WORKERS_MAX`. The output does not depend on it; memory grows by about
-            60 MB per worker (measured: 282 MB at 1, 759 MB at 8).
+            60 MB per worker (measured: 282 MB at 1, 759 MB at 8). Plain input of at most two
+            pieces (8 MiB by default) runs in one lane whatever this says.
     """
 
     hash_buckets: int = DEFAULT_HASH_BUCKETS
