@@ -683,18 +683,25 @@ class _ShardSet:
         self.writers = [pq.ParquetWriter(p, arrow_schema(), compression=compression)
                         for p in self.paths]
 
-    def write(self, table) -> None:
+    def write(self, table, pool: Optional[ThreadPoolExecutor] = None) -> List[Future]:
+        """Append the block's rows; with ``pool``, the shards encode in parallel (Parquet encoding
+        releases the GIL) and the futures are returned for the caller to wait on."""
         # Shard s ends up with as many rows as round-robin would give it (so sizes never differ
         # by more than one), but each block's rows go out as k contiguous slices.
         k = len(self.writers)
         before, after = sum(self.rows), sum(self.rows) + table.num_rows
         lo = 0
+        futures = []
         for s in range(k):
             size = (after + k - 1 - s) // k - (before + k - 1 - s) // k
             if size:
-                self.writers[s].write_table(table.slice(lo, size))
+                if pool is None:
+                    self.writers[s].write_table(table.slice(lo, size))
+                else:
+                    futures.append(pool.submit(self.writers[s].write_table, table.slice(lo, size)))
                 self.rows[s] += size
                 lo += size
+        return futures
 
     def close(self) -> None:
         for w in self.writers:
@@ -886,7 +893,12 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
         gc.freeze()     # the workers' collector then leaves the inherited heap alone (no copy-on-write)
     lanes = _Lanes(workers)
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prep-write") as writer:
+        # With several workers the one writer would become the bottleneck past ~4 of them (the
+        # split and Parquet encoding are a quarter of the single-core work): the shards of a
+        # block are encoded in parallel.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prep-write") as writer, \
+                ThreadPoolExecutor(max_workers=max(1, min(workers, 8)),
+                                   thread_name_prefix="prep-shard") as shard_pool:
             def fill() -> None:
                 while len(window) < window_size:
                     job = next(jobs, None)
@@ -949,7 +961,8 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
                     import pyarrow as pa
 
                     pending = writer.submit(_split_and_write, pa.concat_tables(tables), missing,
-                                            splitter, acc, train, test)
+                                            splitter, acc, train, test,
+                                            shard_pool if workers > 1 else None)
             if pending is not None:
                 pending.result()
     finally:
@@ -961,7 +974,8 @@ def _run(files: Sequence[str], config: PrepConfig, workers: int, acc: "_Accumula
 
 
 def _split_and_write(out, missing: np.ndarray, splitter: StratifiedSplit, acc: "_Accumulator",
-                     train: _ShardSet, test: _ShardSet) -> None:
+                     train: _ShardSet, test: _ShardSet,
+                     pool: Optional[ThreadPoolExecutor] = None) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -969,10 +983,13 @@ def _split_and_write(out, missing: np.ndarray, splitter: StratifiedSplit, acc: "
     test_part = out.filter(mask)
     train_part = out.filter(pc.invert(mask))
     acc.add_good(missing, train_part, test_part)
+    futures = []
     if train_part.num_rows:
-        train.write(train_part)
+        futures += train.write(train_part, pool)
     if test_part.num_rows:
-        test.write(test_part)
+        futures += test.write(test_part, pool)
+    for future in futures:      # every shard's slice is written before the next block's
+        future.result()
 
 
 def _looks_like_header(line: bytes) -> bool:
