@@ -3,11 +3,13 @@
 Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least ``--gb`` GB with
 ``ctr-volcano gen-data``, then measures, in fresh subprocesses so each gets its own peak RSS:
 
-* (a) ours: :func:`ctr_volcano.prep.prep` on the whole file (default config: 8 + 2 shards);
+* (a) ours: :func:`ctr_volcano.prep.prep` on the whole file (default config: 8 + 2 shards) at each
+  of ``--workers`` (default 1, 2 and the cores available, capped as prep caps its default); the
+  ratios use the largest, which is what prep does by default;
 * (b) the I/O floor: pyarrow reading the same file with the same column types and writing it to
   one Parquet file with no validation, transform, split or hashing, done two ways: (b1) pyarrow's
-  streaming CSV reader, (b2) the same 32 MiB blocks, multithreaded ``read_csv`` and overlapped
-  writes that prep uses. The faster of the two is the floor;
+  streaming CSV reader, (b2) prep's 32 MiB block reader, multithreaded ``read_csv`` and overlapped
+  writes. The faster of the two is the floor;
 * (p) the peers (``bench/prep_peers.py``): the same transform, hash, buckets and split written as
   one polars streaming query and as one duckdb ``COPY``; after the timed runs each peer's output is
   checked row for row against ours on a sample (``--check-sample``: rows whose XOR of the 26 ids is
@@ -19,12 +21,15 @@ Each runs ``--repeat`` times, interleaved, best kept (the machine is shared). MB
 megabytes (10^6 bytes of TSV) per second of the work itself, timed inside each child (interpreter
 start-up and imports excluded, alike for all). The last line is ``RESULT ratio_floor=a/b
 ratio_polars=a/polars ratio_duckdb=a/duckdb ratio_naive=a/c peak_rss_mb=M cpu_ratio_floor=...
-cpu_ratio_polars=... cpu_ratio_duckdb=... agreement=pass|fail``. M is the peak RSS of the worst run
-of (a); ``cpu_ratio_X`` is X's CPU seconds over ours (whole child, least of the runs; steadier than
-wall time on a shared machine; above 1 means we use less). The exit code is 1 if a peer disagrees
-with ours.
+cpu_ratio_polars=... cpu_ratio_duckdb=... mb_s_w1=... mb_s_w2=... agreement=pass|fail``. M is the
+peak memory of the worst run of (a), whatever its worker count: the larger of the child's own peak
+RSS and the peak, sampled every 50 ms, of the PSS summed over its whole process tree (the forked
+workers share pages with their parent, which a sum of RSS would count once per process).
+``cpu_ratio_X`` is X's CPU seconds over ours (the child and its workers, least of the runs; steadier
+than wall time on a shared machine; above 1 means we use less); ``mb_s_wN`` is ours at N workers.
+The exit code is 1 if a peer disagrees with ours.
 
-Usage: ``python bench/prep.py [--gb 1.0] [--workdir /tmp/ctr_bench] [--repeat 2]``
+Usage: ``python bench/prep.py [--gb 1.0] [--workdir /tmp/ctr_bench] [--repeat 2] [--workers 1,2]``
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 from prep_peers import compare_outputs  # sibling module: the script's own directory is on sys.path
@@ -82,9 +88,9 @@ print(rows, time.monotonic() - start)
 
 OURS_CODE = r"""
 import sys, json, time
-from ctr_volcano.prep import prep
+from ctr_volcano.prep import PrepConfig, prep
 start = time.monotonic()
-stats = prep([sys.argv[1]], sys.argv[2])
+stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(workers=int(sys.argv[3])))
 seconds = time.monotonic() - start
 counts = {k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_rejected")}
 print(json.dumps(counts), seconds, sep="\n")
@@ -112,27 +118,71 @@ print(done, time.monotonic() - start)
 
 
 def _run_rss(code: str, *args: str):
-    """Run ``code`` in a fresh interpreter; return (seconds, stdout, peak RSS in MB)."""
+    """Run ``code`` in a fresh interpreter; return (seconds, stdout, peak memory in MB)."""
     return _run_argv_rss([sys.executable, "-c", code, *args])
 
 
+def _tree(pid: int):
+    """``pid`` and its descendants (from /proc), parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                todo.extend(int(c) for c in fh.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _memory_kb(pid: int) -> int:
+    """Proportional set size of one process (shared pages split among their users), else RSS."""
+    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+        try:
+            with open(path) as fh:
+                for line in fh:
+                    if line.startswith(key):
+                        return int(line.split()[1])
+        except OSError:
+            continue
+    return 0
+
+
+def _sample_tree_memory(pid: int, stop: threading.Event, peak: list) -> None:
+    """Every 50 ms: the memory of the whole process tree under ``pid`` (PSS summed: forked workers
+    share pages with their parent, which a sum of RSS would count once per process)."""
+    while not stop.wait(0.05):
+        peak[0] = max(peak[0], sum(_memory_kb(p) for p in _tree(pid)))
+
+
 def _run_argv_rss(argv):
-    """Run ``argv``; return (seconds, stdout, peak RSS in MB) and set ``_run_rss.last_cpu``."""
+    """Run ``argv``; return (seconds, stdout, peak memory in MB) and set ``_run_rss.last_cpu``.
+
+    Peak memory is the larger of the child's own peak RSS and the sampled peak of its process
+    tree's summed PSS (workers included). CPU seconds are the child's and its reaped children's.
+    """
     import tempfile
 
     with tempfile.TemporaryFile() as err:
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+        stop, peak = threading.Event(), [0]
+        sampler = threading.Thread(target=_sample_tree_memory, args=(proc.pid, stop, peak),
+                                   daemon=True)
+        sampler.start()
         out = proc.stdout.read()
         proc.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)  # reaps the child and gives its own rusage
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps the child; rusage covers its children
+        stop.set()
+        sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.monotonic() - start
         if proc.returncode != 0:
             err.seek(0)
             raise SystemExit(f"benchmark step failed:\n{err.read().decode()[-3000:]}")
     _run_rss.last_cpu = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
-    return seconds, out.decode().strip(), usage.ru_maxrss / 1024.0
+    return seconds, out.decode().strip(), max(usage.ru_maxrss, peak[0]) / 1024.0
 
 
 def _ensure_input(workdir: str, gb: float) -> str:
@@ -162,7 +212,20 @@ def main(argv=None) -> int:
                     help="agreement check: compare the rows whose id XOR is 0 mod this power of "
                          "two (1: every row; default 64)")
     ap.add_argument("--peers", default="polars,duckdb", help="peers to run (default both)")
+    ap.add_argument("--workers", default=None,
+                    help="comma-separated worker counts to run ours at (default: 1, 2 and the "
+                         "cores available); the ratios use the largest, prep's default")
     args = ap.parse_args(argv)
+    from ctr_volcano.prep import AUTO_WORKERS_MAX, available_cores
+
+    auto = min(available_cores(), AUTO_WORKERS_MAX)
+    try:
+        worker_counts = sorted({int(w) for w in args.workers.split(",")} if args.workers
+                               else {1, 2, auto})
+    except ValueError:
+        worker_counts = []
+    if not worker_counts or worker_counts[0] < 1:
+        ap.error(f"--workers {args.workers!r}: use comma-separated positive integers, e.g. 1,2")
     peers = [p for p in args.peers.split(",") if p]
     if any(p not in ("polars", "duckdb") for p in peers):
         ap.error(f"--peers {args.peers!r}: use a comma-separated subset of polars,duckdb")
@@ -172,23 +235,28 @@ def main(argv=None) -> int:
     size_mb = os.path.getsize(path) / 1e6
     print(f"input: {path} ({size_mb:.0f} MB)", flush=True)
 
-    ours, floor_stream, floor_blocks, rss, naive = [], [], [], [], []
+    floor_stream, floor_blocks, rss, naive = [], [], [], []
+    ours_by_workers = {w: [] for w in worker_counts}
+    ours = ours_by_workers[worker_counts[-1]]
     peer_times = {p: [] for p in peers}
     cpu = {name: [] for name in ["ours", "floor"] + peers}  # CPU seconds of each child
     peer_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prep_peers.py")
     for i in range(args.repeat):
         out_dir = os.path.join(args.workdir, "ours")
-        shutil.rmtree(out_dir, ignore_errors=True)
-        _, out, peak = _run_rss(OURS_CODE, path, out_dir)
-        counts_line, t = out.splitlines()
-        counts, t = json.loads(counts_line), float(t)
-        assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
-            counts["rows_rejected"]
-        ours.append(t)
-        cpu["ours"].append(_run_rss.last_cpu)
-        rss.append(peak)
-        print(f"  run {i + 1}: ours     {size_mb / t:7.1f} MB/s ({t:.1f} s, "
-              f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {peak:.0f} MB, {counts})", flush=True)
+        for workers in worker_counts:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            _, out, peak = _run_rss(OURS_CODE, path, out_dir, str(workers))
+            counts_line, t = out.splitlines()
+            counts, t = json.loads(counts_line), float(t)
+            assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
+                counts["rows_rejected"]
+            ours_by_workers[workers].append(t)
+            if workers == worker_counts[-1]:
+                cpu["ours"].append(_run_rss.last_cpu)
+            rss.append(peak)
+            print(f"  run {i + 1}: ours w={workers:<2d} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
+                  f"{_run_rss.last_cpu:.1f} CPU s, peak memory {peak:.0f} MB, {counts})",
+                  flush=True)
         for name, code, times in (("floor b1", FLOOR_CODE, floor_stream),
                                   ("floor b2", FLOOR_BLOCKS_CODE, floor_blocks)):
             _, out, fpeak = _run_rss(code, path, os.path.join(args.workdir, "floor.parquet"))
@@ -217,7 +285,9 @@ def main(argv=None) -> int:
     a = size_mb / min(ours)
     b1, b2 = size_mb / min(floor_stream), size_mb / min(floor_blocks)
     b = max(b1, b2)
-    print(f"(a) ours:  {a:8.1f} MB/s  (best of {args.repeat}, peak RSS {max(rss):.0f} MB)")
+    print(f"(a) ours:  {a:8.1f} MB/s  (best of {args.repeat}, {worker_counts[-1]} workers; "
+          + ", ".join(f"{w} workers {size_mb / min(ts):.1f}" for w, ts in ours_by_workers.items())
+          + f"; peak memory {max(rss):.0f} MB)")
     print(f"(b) floor: {b:8.1f} MB/s  (pyarrow CSV -> Parquet, no transform; streaming reader "
           f"{b1:.1f}, prep's block reader {b2:.1f})")
     peer_mb_s, agree = {}, True
@@ -239,8 +309,10 @@ def main(argv=None) -> int:
                          for k in ["floor"] + peers)
     print(f"CPU seconds (least of {args.repeat}): "
           + ", ".join(f"{k} {min(v):.2f}" for k, v in cpu.items()))
+    per_workers = "".join(f" mb_s_w{w}={size_mb / min(ts):.1f}" for w, ts in ours_by_workers.items())
     print(f"RESULT ratio_floor={a / b:.3f}{ratios} ratio_naive={a / c:.1f} "
-          f"peak_rss_mb={max(rss):.0f}{cpu_ratios} agreement={'pass' if agree else 'fail'}")
+          f"peak_rss_mb={max(rss):.0f}{cpu_ratios}{per_workers} "
+          f"agreement={'pass' if agree else 'fail'}")
     return 0 if agree else 1
 
 

@@ -223,12 +223,15 @@ def hash_value(value: Union[str, bytes, None], column: Union[int, str],
 # categorical hash: vectorised (numpy over arrow buffers)
 
 
-def _mix64_np(z: np.ndarray) -> np.ndarray:
-    z = z ^ (z >> np.uint64(30))
-    z *= np.uint64(_MIX1)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(_MIX2)
-    z ^= z >> np.uint64(31)
+def _mix64_np(z: np.ndarray, tmp: Optional[np.ndarray] = None) -> np.ndarray:
+    """splitmix64's finaliser, in place on the uint64 array ``z`` (``tmp``: scratch of its size)."""
+    tmp = np.empty_like(z) if tmp is None else tmp
+    for shift, mult in ((30, _MIX1), (27, _MIX2)):
+        np.right_shift(z, np.uint64(shift), out=tmp)
+        np.bitwise_xor(z, tmp, out=z)
+        np.multiply(z, np.uint64(mult), out=z)
+    np.right_shift(z, np.uint64(31), out=tmp)
+    np.bitwise_xor(z, tmp, out=z)
     return z
 
 
@@ -273,26 +276,49 @@ def hash_categorical(values: Any, column: Union[int, str],
     """
     j = _column_number(column)
     buckets = validate_hash_buckets(hash_buckets)
-    if type(values).__name__ == "ChunkedArray" and values.num_chunks != 1:
-        parts = [hash_categorical(chunk, j, buckets) for chunk in values.chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if type(values).__name__ != "ChunkedArray":
+        return _hash_chunk(values, j, buckets, None)
+    out = np.empty(len(values), dtype=np.int64)   # each chunk hashed straight into its slice
+    pos = 0
+    for chunk in values.chunks:
+        _hash_chunk(chunk, j, buckets, out[pos:pos + len(chunk)])
+        pos += len(chunk)
+    return out
+
+
+def _hash_chunk(values: Any, j: int, buckets: int, out: Optional[np.ndarray]) -> np.ndarray:
+    """:func:`hash_categorical` of one array, into ``out`` (int64, its length) if given."""
     offsets, data = _binary_parts(values)
+    n = len(offsets) - 1
+    out = np.empty(n, dtype=np.int64) if out is None else out
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    salt = np.uint64(column_salt(j))
     lengths = np.diff(offsets)
+    if hi - lo == 8 * n and (n == 0 or int(lengths.min()) == 8):
+        # Every value is 8 bytes (all of Criteo without empties): the keys are a little-endian
+        # view of the data buffer, xor'ed with the salt straight into the output.
+        ids = out.view(np.uint64)
+        np.bitwise_xor(data[lo:hi].view("<u8"), salt, out=ids)
+        _finish_ids(ids, buckets)
+        return out
     nonempty = lengths != 0
-    if np.all((lengths | 8) == 8):
-        # Every value is empty or 8 bytes (all of Criteo): the non-empty values are consecutive
-        # 8-byte words in the data buffer, so the keys are a plain little-endian view of it.
-        words = np.ascontiguousarray(data[int(offsets[0]):int(offsets[-1])])
-        keys = words.view("<u8").astype(np.uint64, copy=True)
+    if hi - lo == 8 * int(np.count_nonzero(nonempty)) and np.all((lengths | 8) == 8):
+        # Every value is empty or 8 bytes: the non-empty values are consecutive 8-byte words.
+        keys = np.bitwise_xor(data[lo:hi].view("<u8"), salt, dtype=np.uint64)
     else:
         keys = _keys_general(offsets, lengths, data, nonempty)
-    keys ^= np.uint64(column_salt(j))
-    ids = _mix64_np(keys)
-    ids %= np.uint64(buckets - NUM_SPARSE)
-    ids += np.uint64(NUM_SPARSE)
-    out = np.full(len(lengths), j - 1, dtype=np.int64)
-    out[nonempty] = ids.view(np.int64)
+        keys ^= salt
+    _finish_ids(keys, buckets)
+    out[:] = j - 1
+    out[nonempty] = keys.view(np.int64)
     return out
+
+
+def _finish_ids(keys: np.ndarray, buckets: int) -> None:
+    """``26 + mix64(keys) % (buckets - 26)``, in place (``keys`` already xor'ed with the salt)."""
+    _mix64_np(keys)
+    np.remainder(keys, np.uint64(buckets - NUM_SPARSE), out=keys)
+    np.add(keys, np.uint64(NUM_SPARSE), out=keys)
 
 
 #: Values longer than this are hashed one at a time instead of in the vectorised position loop.

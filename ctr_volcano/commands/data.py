@@ -58,6 +58,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=42, help="train/test split seed (default 42)")
     p.add_argument("--block-mb", type=int, default=32,
                    help="MiB of text parsed at a time; memory is a few times this (default 32)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="processes parsing and transforming in parallel (default 0: the cores "
+                        "available); the output does not depend on it")
     p.add_argument("--json", action="store_true", help="print the full stats as JSON")
     p.set_defaults(func=_prep)
 
@@ -89,10 +92,13 @@ def _prep(args: argparse.Namespace) -> int:
 
     if args.block_mb < 1:
         raise BadInput("--block-mb", args.block_mb, "use a positive number of MiB, e.g. 32")
+    if not 0 <= args.workers <= 1024:
+        raise BadInput("--workers", args.workers, "use 0 (the cores available) or a number of "
+                       "processes from 1 to 1024")
     config = PrepConfig(hash_buckets=args.hash_buckets, test_fraction=args.test_fraction,
                         shards=args.shards, test_shards=args.test_shards,
                         max_bad_fraction=args.max_bad_fraction, seed=args.seed,
-                        block_bytes=args.block_mb << 20)
+                        block_bytes=args.block_mb << 20, workers=args.workers)
     stats = prep(args.input, args.out, config)
     if args.json:
         json.dump(stats, sys.stdout, indent=2)
@@ -101,7 +107,7 @@ def _prep(args: argparse.Namespace) -> int:
     print(f"rows_in={stats['rows_in']} rows_train={stats['rows_train']} "
           f"rows_test={stats['rows_test']} rows_rejected={stats['rows_rejected']} "
           f"positive_rate={stats['positive_rate']:.4f} in {stats['seconds']:.1f}s "
-          f"({stats['input_mb_per_s']} MB/s) -> {args.out}")
+          f"({stats['input_mb_per_s']} MB/s, {stats['workers']} workers) -> {args.out}")
     for ex in stats["rejected_examples"][:3]:
         print(f"  rejected {ex['file']}:{ex['line']}: {ex['reason']}")
     return 0
