@@ -21,8 +21,14 @@ __all__ = ["intercept_shift", "calibrate_export", "MAX_CALIBRATION_ROWS"]
 MAX_CALIBRATION_ROWS = 1_000_000
 
 
-def intercept_shift(probs: Any, target_rate: float, iterations: int = 50) -> float:
-    """The logit offset ``d`` with ``mean(sigmoid(logit(probs) + d)) == target_rate`` (Newton's method).
+def intercept_shift(probs: Any, target_rate: float, iterations: int = 200) -> float:
+    """The logit offset ``d`` with ``mean(sigmoid(logit(probs) + d)) == target_rate``.
+
+    ``mean(sigmoid(logits + d))`` rises monotonically from 0 to 1 in ``d``, so the root is bracketed
+    and found by Newton steps kept inside the bracket (bisection where a step would leave it). Plain
+    Newton diverges on confident models: with predictions near 0 and 1 the slope is almost zero, the
+    first step throws every prediction to one end, and the export scored AUC 0.5 (seen once in a CI-like
+    run of the 2x2 test).
 
     Args:
         probs: predicted probabilities.
@@ -32,13 +38,26 @@ def intercept_shift(probs: Any, target_rate: float, iterations: int = 50) -> flo
         raise ValueError(f"target_rate={target_rate!r}: needs both clicks and non-clicks")
     p = np.clip(np.asarray(probs, dtype=np.float64).reshape(-1), 1e-12, 1 - 1e-12)
     logits = np.log(p) - np.log1p(-p)
+
+    def gap_and_slope(d: float) -> "tuple[float, float]":
+        q = 0.5 * (1.0 + np.tanh(0.5 * (logits + d)))       # sigmoid without overflow
+        return float(q.mean()) - target_rate, float((q * (1.0 - q)).mean())
+
+    # A bracket: beyond the logits' range by the target's own logit, every q is on one side of it.
+    reach = float(np.abs(logits).max()) + abs(float(np.log(target_rate) - np.log1p(-target_rate))) + 1.0
+    lo, hi = -reach, reach
     shift = 0.0
     for _ in range(iterations):
-        q = 1.0 / (1.0 + np.exp(-(logits + shift)))
-        gap = q.mean() - target_rate
-        slope = max(float((q * (1.0 - q)).mean()), 1e-12)   # d mean(q) / d shift, always > 0
-        shift -= gap / slope
-        if abs(gap) < 1e-9:
+        gap, slope = gap_and_slope(shift)
+        if abs(gap) < 1e-10:
+            break
+        if gap > 0:
+            hi = shift
+        else:
+            lo = shift
+        step = shift - gap / slope if slope > 0 else None
+        shift = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
+        if hi - lo < 1e-12:
             break
     return float(shift)
 

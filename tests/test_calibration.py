@@ -25,6 +25,23 @@ def test_intercept_shift_restores_the_mean():
     assert intercept_shift(np.full(10, 0.25), 0.25) == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.parametrize("probs", [
+    np.r_[np.full(500, 1e-9), np.full(500, 1 - 1e-9)],                 # saturated both ways
+    np.r_[np.full(990, 1e-7), np.full(10, 0.999999)],                   # almost all near 0
+    np.r_[np.full(999, 0.9999999), [0.3]],                               # almost all near 1
+], ids=["bimodal", "low", "high"])
+def test_intercept_shift_converges_on_confident_models(probs):
+    """Plain Newton diverged here (slope ~0 at the start): a huge shift put every prediction at one
+    end and the exported model scored AUC 0.5. The bracketed search must hit the rate and keep the
+    shift finite."""
+    shift = intercept_shift(probs, 0.25)
+    logits = np.log(probs) - np.log1p(-probs) + shift
+    q = 0.5 * (1 + np.tanh(0.5 * logits))
+    assert np.isfinite(shift) and abs(shift) < 100
+    assert q.mean() == pytest.approx(0.25, abs=1e-8)
+    assert len(np.unique(np.round(q, 12))) > 1                         # ranking survives
+
+
 def test_calibrate_export_moves_the_mean_prediction_to_the_training_rate(tmp_path):
     from ctr_model.infer import load_model
     from ctr_model.synthetic import write_planted_prep
