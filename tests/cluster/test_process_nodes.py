@@ -200,8 +200,13 @@ class GangSampler:
                     raw = Path(f"/proc/{pid}/environ").read_bytes()
                 except OSError:
                     continue
-                self.envs[pid] = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0")
-                                      if "=" in item)
+                env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0")
+                           if "=" in item)
+                # A process that exits between the listing and this read shows an empty environment
+                # (its memory is gone): keep only what still reads as one of the gang's (a fresh-clone
+                # run once kept such an empty one).
+                if env.get("CTR_JOB_ID") == self.job:
+                    self.envs[pid] = env
             self._stop.wait(0.5)
 
     def __enter__(self) -> "GangSampler":
