@@ -203,3 +203,20 @@ def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, client, s
     for i in (0, 1):
         log = (tmp_path / "w" / "gang" / "attempt-2" / f"pserver-{i}.log").read_text()
         assert f"fetched {out}/checkpoints/epoch-" in log, log[-2000:]
+
+
+def test_gzip_files_travel_byte_for_byte(client, s3_bucket, tmp_path):
+    """The sparse-table files are ``.gz``: pyarrow's default ``compression="detect"`` gunzipped them on
+    read and gzipped them again on write (slow, and not the same bytes). Both ways must copy bytes."""
+    import gzip
+
+    src = tmp_path / "up"
+    src.mkdir()
+    payload = gzip.compress(b"1\t0.5 0.25\n" * 20000, compresslevel=1, mtime=0)
+    (src / "part-000-00000.gz").write_bytes(payload)
+    uri = s3.join(s3_bucket, "gz")
+    client.upload(str(src), uri)
+    with client.fs.open_input_stream(client._path(uri + "/part-000-00000.gz"), compression=None) as fh:
+        assert fh.read() == payload                      # stored as given, not re-compressed
+    client.download(uri, str(tmp_path / "down"))
+    assert (tmp_path / "down" / "part-000-00000.gz").read_bytes() == payload
