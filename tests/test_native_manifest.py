@@ -2,7 +2,7 @@
 
 * Every object validates against the real Kubernetes OpenAPI v3 schema of its kind (apps/v1
   ReplicaSet, batch/v1 Job, v1 Service) from the pinned ``k8s.io/kubernetes`` module, and every pod
-  template against the PodTemplateSpec embedded in Volcano's Job CRD (available without Go).
+  template against the PodTemplateSpec embedded in Volcano's Job CRD (from the Volcano Go module).
 * Each native pod's environment, resolved the way the kubelet resolves it, parses with the pods'
   own ``parse_role_env`` into exactly the RoleSpec the Volcano Job's pod of the same role and index
   gets from Volcano's plugins: the entrypoint cannot tell the deployments apart.
@@ -10,8 +10,6 @@
   Service selects every pod of the gang.
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +19,6 @@ from ctr_volcano.volcano.manifest import build_job, load_crd_schema, unknown_fie
 from ctr_volcano.volcano.native import COMPLETION_INDEX_ANNOTATION, build_native
 from ctr_volcano.volcano.spec import PvcVolume, TrainJobSpec
 from tests import k8s_openapi
-
-REPO = Path(__file__).resolve().parents[1]
-CRD = REPO.parent / "shared" / "volcano" / "crd" / "batch.volcano.sh_jobs.yaml"
 
 
 @pytest.fixture
@@ -120,9 +115,8 @@ def test_contract_host_names_are_the_pods_dns_names_and_the_service_selects_them
     assert a != b
 
 
-def test_pod_templates_match_the_real_podtemplatespec_schema(spec):
-    assert CRD.is_file(), f"Volcano CRD not found at {CRD} (CI puts shared/ beside the clone)"
-    schema = load_crd_schema(str(CRD))
+def test_pod_templates_match_the_real_podtemplatespec_schema(spec, volcano_job_crd):
+    schema = load_crd_schema(volcano_job_crd)   # from the Volcano Go module: no ../shared needed
     tpl_schema = schema["properties"]["spec"]["properties"]["tasks"]["items"]["properties"]["template"]
     import jsonschema
 
