@@ -12,13 +12,13 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 
 import pytest
 
 from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.errors import BadInput, TrainingJobFailed
-from ctr_volcano.local_gang import GangSpec, LocalGang, processes_with_env
+from ctr_volcano.local_gang import GangSpec, LocalGang
+from tests.gang_helpers import gang_job_id, job_processes
 
 FAKE_ROLE = textwrap.dedent("""
     import json, os, subprocess, sys, time
@@ -52,10 +52,6 @@ FAKE_ROLE = textwrap.dedent("""
 """)
 
 
-def job_processes(job_id: str):
-    return processes_with_env(f"CTR_JOB_ID={job_id}")
-
-
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
@@ -65,12 +61,7 @@ def tiny_data(tmp_path_factory):
 
 @pytest.fixture
 def job_id():
-    jid = f"gangtest-{uuid.uuid4().hex[:8]}"
-    yield jid
-    deadline = time.time() + 5
-    while job_processes(jid) and time.time() < deadline:
-        time.sleep(0.1)
-    assert job_processes(jid) == [], "processes of the gang were left behind"
+    yield from gang_job_id("gangtest", grace_s=5, poll_s=0.1)
 
 
 def make_spec(job_id, tiny_data, tmp_path, plan=None, **kw):

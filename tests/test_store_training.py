@@ -11,25 +11,18 @@ import signal
 import socket
 import threading
 import time
-import uuid
 
 import pytest
 
 from ctr_model import store as s3
-from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.backends.local import train_local
 from ctr_volcano.cli import main
-from ctr_volcano.local_gang import processes_with_env
-
-SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
-         "progress_secs": 2.0, "sparse_shards": 4}
+from tests.gang_helpers import SMALL, gang_job_id, job_processes, write_small_planted
 
 
 @pytest.fixture(scope="module")
 def planted_local(tmp_path_factory):
-    d = tmp_path_factory.mktemp("planted")
-    oracle = write_planted_prep(str(d), train_rows=16_000, test_rows=4_000, shards=4, seed=11)
-    return str(d), oracle["oracle_test_auc"]
+    return write_small_planted(tmp_path_factory.mktemp("planted"))
 
 
 @pytest.fixture
@@ -126,18 +119,9 @@ def _ppid(pid: int) -> int:
         return -1
 
 
-def _job_processes(job_id: str, *extra: str):
-    return processes_with_env(f"CTR_JOB_ID={job_id}", *extra)
-
-
 @pytest.fixture
 def job_id():
-    jid = f"s3test-{uuid.uuid4().hex[:8]}"
-    yield jid
-    deadline = time.time() + 10
-    while _job_processes(jid) and time.time() < deadline:
-        time.sleep(0.2)
-    assert _job_processes(jid) == [], "processes of the gang were left behind"
+    yield from gang_job_id("s3test", grace_s=10, poll_s=0.2)
 
 
 @pytest.mark.slow
@@ -180,7 +164,7 @@ def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, client, s
         deadline = time.time() + 240
         while time.time() < deadline and "killed_at" not in box:
             if client.exists(marker):
-                pids = [p for p in _job_processes(job_id, "CTR_ROLE=trainer", "VC_TASK_INDEX=1")
+                pids = [p for p in job_processes(job_id, "CTR_ROLE=trainer", "VC_TASK_INDEX=1")
                         if b"ctr_model.train" in open(f"/proc/{p}/cmdline", "rb").read()]
                 roots = [p for p in pids if _ppid(p) not in pids]   # not gloo's helper children
                 if roots:

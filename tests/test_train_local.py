@@ -21,34 +21,19 @@ import pytest
 from ctr_model.checkpoint import COMPLETE_MARKER, epoch_dir
 from ctr_model.contract import GangContract, role_env, volcano_plugin_env
 from ctr_model.infer import auc, load_model
-from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.backends.local import train_local
 from ctr_volcano.errors import TrainingJobFailed
-from ctr_volcano.local_gang import processes_with_env
-
-SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
-         "progress_secs": 2.0, "sparse_shards": 4}
-
-
-def job_processes(job_id: str, *extra: str):
-    return processes_with_env(f"CTR_JOB_ID={job_id}", *extra)
+from tests.gang_helpers import SMALL, gang_job_id, job_processes, write_small_planted
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    d = tmp_path_factory.mktemp("planted")
-    oracle = write_planted_prep(str(d), train_rows=16_000, test_rows=4_000, shards=4, seed=11)
-    return str(d), oracle["oracle_test_auc"]
+    return write_small_planted(tmp_path_factory.mktemp("planted"))
 
 
 @pytest.fixture
 def job_id():
-    jid = f"trtest-{uuid.uuid4().hex[:8]}"
-    yield jid
-    deadline = time.time() + 10
-    while job_processes(jid) and time.time() < deadline:
-        time.sleep(0.2)
-    assert job_processes(jid) == [], "processes of the gang were left behind"
+    yield from gang_job_id("trtest", grace_s=10, poll_s=0.2)
 
 
 def _ppid(pid: int) -> int:

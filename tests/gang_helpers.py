@@ -1,0 +1,39 @@
+"""What the tests that run a real local gang share: the small model config, the 16k-row planted prep
+and a job id whose processes must all be gone once the test is over."""
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator, List, Tuple
+
+from ctr_model.synthetic import write_planted_prep
+from ctr_volcano.local_gang import processes_with_env
+
+__all__ = ["SMALL", "job_processes", "write_small_planted", "gang_job_id"]
+
+#: A model small enough to learn the planted data in seconds on two cores.
+SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
+         "progress_secs": 2.0, "sparse_shards": 4}
+
+
+def job_processes(job_id: str, *extra: str) -> List[int]:
+    """Live processes of gang ``job_id`` (``CTR_JOB_ID``), narrowed by more ``NAME=value`` items."""
+    return processes_with_env(f"CTR_JOB_ID={job_id}", *extra)
+
+
+def write_small_planted(directory: Path) -> Tuple[str, float]:
+    """16k training + 4k test planted rows in 4 shards; returns the prep dir and the oracle's test AUC."""
+    oracle = write_planted_prep(str(directory), train_rows=16_000, test_rows=4_000, shards=4, seed=11)
+    return str(directory), oracle["oracle_test_auc"]
+
+
+def gang_job_id(prefix: str, grace_s: float, poll_s: float) -> Iterator[str]:
+    """For a fixture (``yield from``): a fresh job id; afterwards, no process of it may be left once
+    ``grace_s`` seconds have passed."""
+    jid = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    yield jid
+    deadline = time.time() + grace_s
+    while job_processes(jid) and time.time() < deadline:
+        time.sleep(poll_s)
+    assert job_processes(jid) == [], "processes of the gang were left behind"
