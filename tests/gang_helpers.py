@@ -10,7 +10,7 @@ from typing import Iterator, List, Tuple
 from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.local_gang import processes_with_env
 
-__all__ = ["SMALL", "job_processes", "write_small_planted", "gang_job_id"]
+__all__ = ["SMALL", "job_processes", "parent_pid", "write_small_planted", "gang_job_id"]
 
 #: A model small enough to learn the planted data in seconds on two cores.
 SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
@@ -20,6 +20,15 @@ SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_
 def job_processes(job_id: str, *extra: str) -> List[int]:
     """Live processes of gang ``job_id`` (``CTR_JOB_ID``), narrowed by more ``NAME=value`` items."""
     return processes_with_env(f"CTR_JOB_ID={job_id}", *extra)
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of ``pid`` (``-1`` once it is gone): the roles' own processes, not gloo's helpers."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return -1
 
 
 def write_small_planted(directory: Path) -> Tuple[str, float]:

@@ -17,7 +17,7 @@ import pytest
 from ctr_model import store as s3
 from ctr_volcano.backends.local import train_local
 from ctr_volcano.cli import main
-from tests.gang_helpers import SMALL, gang_job_id, job_processes, write_small_planted
+from tests.gang_helpers import SMALL, gang_job_id, job_processes, parent_pid, write_small_planted
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +111,6 @@ def test_bad_store_locations_fail_at_the_boundary(case, planted_uri, s3_bucket, 
 
 
 # ------------------------------------------------------------------------------- real gangs
-def _ppid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[1])
-    except OSError:
-        return -1
-
-
 @pytest.fixture
 def job_id():
     yield from gang_job_id("s3test", grace_s=10, poll_s=0.2)
@@ -166,7 +158,7 @@ def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, client, s
             if client.exists(marker):
                 pids = [p for p in job_processes(job_id, "CTR_ROLE=trainer", "VC_TASK_INDEX=1")
                         if b"ctr_model.train" in open(f"/proc/{p}/cmdline", "rb").read()]
-                roots = [p for p in pids if _ppid(p) not in pids]   # not gloo's helper children
+                roots = [p for p in pids if parent_pid(p) not in pids]   # not gloo's helper children
                 if roots:
                     os.kill(roots[0], signal.SIGKILL)
                     box["killed_at"] = time.time()

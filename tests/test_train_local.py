@@ -23,7 +23,7 @@ from ctr_model.contract import GangContract, role_env, volcano_plugin_env
 from ctr_model.infer import auc, load_model
 from ctr_volcano.backends.local import train_local
 from ctr_volcano.errors import TrainingJobFailed
-from tests.gang_helpers import SMALL, gang_job_id, job_processes, write_small_planted
+from tests.gang_helpers import SMALL, gang_job_id, job_processes, parent_pid, write_small_planted
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +36,6 @@ def job_id():
     yield from gang_job_id("trtest", grace_s=10, poll_s=0.2)
 
 
-def _ppid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[1])
-    except OSError:
-        return -1
-
-
 def _kill_when_checkpointed(output_dir: str, job_id: str, role: str, index: int, box: dict):
     marker = os.path.join(epoch_dir(output_dir, 1), COMPLETE_MARKER)
     deadline = time.time() + 240
@@ -52,7 +44,7 @@ def _kill_when_checkpointed(output_dir: str, job_id: str, role: str, index: int,
             pids = job_processes(job_id, f"CTR_ROLE={role}", f"VC_TASK_INDEX={index}")
             # the role process itself (its helpers, e.g. gloo's manager, are its children)
             pids = [p for p in pids if open(f"/proc/{p}/cmdline", "rb").read().find(b"ctr_model.train") >= 0]
-            roots = [p for p in pids if _ppid(p) not in pids]
+            roots = [p for p in pids if parent_pid(p) not in pids]
             if roots:
                 os.kill(roots[0], signal.SIGKILL)
                 box["killed_at"] = time.time()
