@@ -16,7 +16,10 @@
 
 All three run in this invocation, one after the other, ``--repeat`` times; the best run of each
 counts (the box is shared, so the best run is the least disturbed one). Last line:
-``RESULT ratio_bare=a/b ratio_single=a/c ex_per_s=a``.
+``RESULT ratio_bare=a/b ratio_single=a/c ex_per_s=a e2e_ratio=... e2e_ex_per_s=...``, where
+``e2e_ratio`` is, within the run of (a) with the best end-to-end examples/s, end-to-end examples/s
+(``train_local`` called to returned: start-up, the final checkpoint, export, calibration and the test
+evaluation included) over that run's training-phase examples/s.
 
 ``--store s3`` instead compares (a) on a shared local directory with (a) through the object store
 (a SeaweedFS ``weed`` on loopback, ``tools/s3server``): the same data uploaded to a bucket, each
@@ -138,7 +141,7 @@ def run_ours(data: str, config: dict, workdir: str, output_dir=None, store_env=N
     total = n / (max(ends) - min(starts))
     examples = sum(e["examples"] for e in result.metrics["epochs"])
     return {"ex_per_s": total, "wall_s": wall, "examples": examples, "e2e_ex_per_s": examples / wall,
-            "test_auc": result.metrics.get("test", {}).get("auc")}
+            "e2e_ratio": examples / wall / total, "test_auc": result.metrics.get("test", {}).get("auc")}
 
 
 def run_bare(slot_files, rows_per_file, config: dict, workdir: str) -> dict:
@@ -241,6 +244,7 @@ def main() -> int:
     if args.store == "s3":
         return _compare_store(data, config, work, args)
     best = {"ours": None, "bare": None, "single": None}
+    best_e2e = None
     for rep in range(args.repeat):
         for name in ("ours", "bare", "single"):
             wd = os.path.join(work, f"{name}-{rep}")
@@ -255,10 +259,12 @@ def main() -> int:
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()), flush=True)
             if best[name] is None or r["ex_per_s"] > best[name]["ex_per_s"]:
                 best[name] = r
+            if name == "ours" and (best_e2e is None or r["e2e_ex_per_s"] > best_e2e["e2e_ex_per_s"]):
+                best_e2e = r
     a, b, c = (best[k]["ex_per_s"] for k in ("ours", "bare", "single"))
     print(f"ours: {a:.0f} ex/s in the gang's training phase (conversion wait and in-memory load included); end to end with start-up, "
-          f"checkpoints and export: {best['ours']['e2e_ex_per_s']:.0f} ex/s; test AUC "
-          f"{best['ours']['test_auc']}")
+          f"checkpoints, export, calibration and test evaluation: {best_e2e['e2e_ex_per_s']:.0f} ex/s "
+          f"({best_e2e['e2e_ratio']:.3f} of that run's training phase); test AUC {best['ours']['test_auc']}")
     print(f"bare Paddle QueueDataset PS loop: {b:.0f} ex/s; single process: {c:.0f} ex/s")
     if not args.keep:
         import shutil
@@ -266,7 +272,8 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     else:
         print(f"work directory kept: {work}")
-    print(f"RESULT ratio_bare={a / b:.3f} ratio_single={a / c:.3f} ex_per_s={a:.0f}")
+    print(f"RESULT ratio_bare={a / b:.3f} ratio_single={a / c:.3f} ex_per_s={a:.0f} "
+          f"e2e_ratio={best_e2e['e2e_ratio']:.3f} e2e_ex_per_s={best_e2e['e2e_ex_per_s']:.0f}")
     return 0
 
 

@@ -90,7 +90,9 @@ def auc_from_stats(stat_pos, stat_neg) -> float:
 # shared program construction
 # ------------------------------------------------------------------------------------------------
 
-def _build(config: TrainConfig):
+def _build(config: TrainConfig, pserver_endpoints: Sequence[str] = ()):
+    """Fleet, network and optimizer; a trainer passes its ``pserver_endpoints`` to wait for them
+    (:func:`wait_for_endpoints`) just before ``minimize``, where Paddle would poll them every 3 s."""
     import paddle
     import paddle.distributed.fleet as fleet
 
@@ -113,6 +115,10 @@ def _build(config: TrainConfig):
     table.table_name = EMBEDDING_NAME
     table.shard_num = config.sparse_shards
     optimizer = fleet.distributed_optimizer(make_optimizer(config), strategy)
+    if pserver_endpoints:
+        t = time.time()
+        ready = wait_for_endpoints(pserver_endpoints, PSERVER_WAIT_S)
+        log.info(f"pservers {'ready' if ready else 'not ready'} after {time.time() - t:.2f}s of waiting")
     optimizer.minimize(net.loss)
     return fleet, net
 
@@ -148,6 +154,37 @@ def resolve_own_host(host: str, timeout_s: float = DNS_WAIT_S, interval_s: float
             if time.monotonic() >= deadline:
                 return None
             time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
+
+
+#: How long a trainer polls the pservers' ports itself before handing over to Paddle's own check.
+PSERVER_WAIT_S = 600.0
+
+
+def wait_for_endpoints(endpoints: Sequence[str], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``host:port`` endpoints until every one accepts a connection; ``False`` after ``timeout_s``.
+
+    Paddle's ``wait_server_ready`` (called inside ``minimize``) makes the same check but sleeps 3 s
+    between attempts, and the pservers are still starting when the trainers get there: every run
+    slept 3-6 s there (docs/performance.md). Waiting here at ``interval_s`` lets Paddle's check pass
+    at once. On timeout the caller goes on and Paddle keeps waiting its own way.
+    """
+    pending = list(dict.fromkeys(endpoints))
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        host, port = pending[0].rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2)
+            try:
+                ready = sock.connect_ex((host, int(port))) == 0
+            except OSError:       # a name the cluster DNS has not published yet
+                ready = False
+        if ready:
+            pending.pop(0)
+            continue
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+    return True
 
 
 def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
@@ -363,7 +400,7 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
     a volume; this trainer's own downloaded shards with data in a store)."""
     import paddle
 
-    fleet, net = _build(config)
+    fleet, net = _build(config, spec.ps_endpoints())
     main_program = paddle.static.default_main_program()   # after minimize: fleet swapped it
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())

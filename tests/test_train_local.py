@@ -171,3 +171,36 @@ def test_own_host_name_is_retried_until_it_resolves():
     started = time.monotonic()
     assert resolve_own_host("ctr-no-such-host.invalid", timeout_s=0.5, interval_s=0.1) is None
     assert time.monotonic() - started >= 0.5
+
+
+def test_trainer_waits_for_pserver_ports_itself():
+    """The trainer's own readiness poll (``wait_for_endpoints``) returns once every port accepts, and
+    gives up after its timeout on a port nobody listens on."""
+    import socket
+    import threading
+
+    from ctr_model.train import wait_for_endpoints
+
+    late = socket.socket()
+    late.bind(("127.0.0.1", 0))
+    port = late.getsockname()[1]
+    ready = socket.socket()
+    ready.bind(("127.0.0.1", 0))
+    ready.listen()
+    timer = threading.Timer(0.3, late.listen)
+    timer.start()
+    try:
+        eps = [f"127.0.0.1:{ready.getsockname()[1]}", f"127.0.0.1:{port}"]
+        started = time.monotonic()
+        assert wait_for_endpoints(eps, timeout_s=30, interval_s=0.02)
+        assert time.monotonic() - started >= 0.25          # it did wait for the late one
+    finally:
+        timer.join()
+        late.close()
+        ready.close()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()
+    assert not wait_for_endpoints([dead], timeout_s=0.2, interval_s=0.05)
+    assert not wait_for_endpoints(["ctr-no-such-host.invalid:1"], timeout_s=0.1, interval_s=0.05)
