@@ -323,8 +323,10 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
 def paddle_env(spec: RoleSpec) -> Dict[str, str]:
     """Paddle's parameter-server variables for this pod, derived in one place.
 
-    Gloo (HTTP rendezvous served by pserver 0) is always on, because without it Paddle's barriers are
-    silent no-ops and the clean-shutdown sequence would race.
+    Gloo (HTTP rendezvous served by pserver 0) is always on for trainers, because without it Paddle's
+    barriers are silent no-ops and the clean-shutdown sequence would race. Pservers never join the
+    Gloo group; pserver 0 serves the rendezvous store itself (:mod:`ctr_model.rendezvous`), so Paddle
+    runs with Gloo off there and does not start its own.
     """
     endpoints = spec.ps_endpoints()
     env = {
@@ -338,7 +340,7 @@ def paddle_env(spec: RoleSpec) -> Dict[str, str]:
     }
     if spec.role == PSERVER:
         host, port = endpoints[spec.index].rsplit(":", 1)
-        env.update(TRAINING_ROLE="PSERVER", POD_IP=host, PADDLE_PORT=port)
+        env.update(TRAINING_ROLE="PSERVER", POD_IP=host, PADDLE_PORT=port, PADDLE_WITH_GLOO="0")
     else:
         env.update(TRAINING_ROLE="TRAINER", POD_IP=spec.trainer_hosts[spec.index],
                    PADDLE_PORT=str(spec.ps_port), PADDLE_TRAINER_ID=str(spec.index))

@@ -90,9 +90,10 @@ def auc_from_stats(stat_pos, stat_neg) -> float:
 # shared program construction
 # ------------------------------------------------------------------------------------------------
 
-def _build(config: TrainConfig, pserver_endpoints: Sequence[str] = ()):
-    """Fleet, network and optimizer; a trainer passes its ``pserver_endpoints`` to wait for them
-    (:func:`wait_for_endpoints`) just before ``minimize``, where Paddle would poll them every 3 s."""
+def _build(config: TrainConfig, spec: Optional[RoleSpec] = None):
+    """Fleet, network and optimizer. A trainer (``spec``) first waits for the pservers' endpoints
+    itself (:func:`wait_for_endpoints`) where Paddle would poll them every 3 s: pserver 0's Gloo
+    rendezvous server before ``fleet.init``, the pservers before ``minimize``."""
     import paddle
     import paddle.distributed.fleet as fleet
 
@@ -102,6 +103,8 @@ def _build(config: TrainConfig, pserver_endpoints: Sequence[str] = ()):
     paddle.seed(config.seed)
     paddle.static.default_main_program().random_seed = config.seed
     paddle.static.default_startup_program().random_seed = config.seed
+    if spec is not None:
+        _wait_logged("pserver 0's rendezvous server", [f"{spec.pserver_hosts[0]}:{spec.gloo_port}"])
     fleet.init(is_collective=False)
     net = build_net(config, ps_mode=True)
     # persistable accumulator of the summed loss, read by the progress thread
@@ -115,12 +118,17 @@ def _build(config: TrainConfig, pserver_endpoints: Sequence[str] = ()):
     table.table_name = EMBEDDING_NAME
     table.shard_num = config.sparse_shards
     optimizer = fleet.distributed_optimizer(make_optimizer(config), strategy)
-    if pserver_endpoints:
-        t = time.time()
-        ready = wait_for_endpoints(pserver_endpoints, PSERVER_WAIT_S)
-        log.info(f"pservers {'ready' if ready else 'not ready'} after {time.time() - t:.2f}s of waiting")
+    if spec is not None:
+        _wait_logged("the pservers", spec.ps_endpoints())
     optimizer.minimize(net.loss)
     return fleet, net
+
+
+def _wait_logged(what: str, endpoints: Sequence[str]) -> None:
+    t = time.time()
+    ready = wait_for_endpoints(endpoints, PSERVER_WAIT_S)
+    log.info(f"{what} {'ready' if ready else 'not ready'} after {time.time() - t:.2f}s of waiting "
+             f"({', '.join(endpoints)})")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,6 +208,24 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
         log.error(f"{spec.name}: error: port {port} on {host} is already in use (CTR_PS_PORT): stop the "
                   f"process holding it or choose another port")
         return EXIT_BAD_INPUT
+    stop_rendezvous = None
+    if spec.index == 0:
+        from ctr_model.rendezvous import serve_rendezvous
+
+        try:
+            stop_rendezvous = serve_rendezvous(spec.gloo_port)
+        except OSError as exc:
+            log.error(f"{spec.name}: error: cannot serve the trainers' rendezvous on port {spec.gloo_port} "
+                      f"({exc.strerror}; CTR_GLOO_PORT): stop the process holding it or choose another port")
+            return EXIT_BAD_INPUT
+    try:
+        return _serve(spec, config, ws, f"{host}:{port}")
+    finally:
+        if stop_rendezvous is not None:
+            stop_rendezvous()
+
+
+def _serve(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, endpoint: str) -> int:
     nonce = uuid.uuid4().hex
     ws.write_text(f"{wsp.GANG_DIR}/{spec.name}.nonce", nonce)
     responder = None
@@ -213,7 +239,7 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
         responder = wsp.PublishResponder(ws, spec.name)
         responder.start()
     fleet, _net = _build(config)
-    _log(spec, f"serving on {host}:{port}")
+    _log(spec, f"serving on {endpoint}")
     try:
         fleet.init_server()
         fleet.run_server()
@@ -400,7 +426,7 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
     a volume; this trainer's own downloaded shards with data in a store)."""
     import paddle
 
-    fleet, net = _build(config, spec.ps_endpoints())
+    fleet, net = _build(config, spec)
     main_program = paddle.static.default_main_program()   # after minimize: fleet swapped it
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())

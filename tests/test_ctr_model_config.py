@@ -58,8 +58,9 @@ def test_parse_role_env_pserver_and_trainer(tmp_path, with_files):
     assert penv["PADDLE_PSERVERS_IP_PORT_LIST"] == "j-pserver-0.j:7000,j-pserver-1.j:7000"
     assert (penv["TRAINING_ROLE"], penv["POD_IP"], penv["PADDLE_PORT"]) == ("PSERVER", "j-pserver-1.j", "7000")
     assert f"{penv['POD_IP']}:{penv['PADDLE_PORT']}" in penv["PADDLE_PSERVERS_IP_PORT_LIST"].split(",")
-    assert penv["PADDLE_WITH_GLOO"] == "1" and penv["PADDLE_GLOO_HTTP_ENDPOINT"] == "j-pserver-0.j:7100"
+    assert penv["PADDLE_WITH_GLOO"] == "0"         # pserver 0 serves the rendezvous itself
     tenv = paddle_env(parse_role_env(_pod_env("trainer", 0, tmp_path, with_files=with_files)))
+    assert tenv["PADDLE_WITH_GLOO"] == "1" and tenv["PADDLE_GLOO_HTTP_ENDPOINT"] == "j-pserver-0.j:7100"
     assert (tenv["TRAINING_ROLE"], tenv["PADDLE_TRAINER_ID"], tenv["PADDLE_TRAINERS_NUM"]) == ("TRAINER", "0", "2")
 
 

@@ -72,7 +72,9 @@ def test_two_by_two_learns_on_planted_data(planted, job_id, tmp_path):
         os.path.join(data, "test", f) for f in os.listdir(os.path.join(data, "test"))
         if f.endswith(".parquet")), batch_size=1000))
     test_auc = auc(np.concatenate(ys), np.concatenate(ps))
-    assert test_auc == pytest.approx(m["test"]["auc"], abs=1e-9)
+    # the scorer runs in float32, whose sums differ in the last bits between batch shapes (1000 rows
+    # here, 65536 in the gang): near-tied pairs may swap, each moving the AUC by ~3e-7
+    assert test_auc == pytest.approx(m["test"]["auc"], abs=1e-5)
     assert test_auc > 0.7, f"did not learn: test AUC {test_auc:.3f} (oracle {oracle:.3f})"
     meta = scorer.meta
     assert meta["hash_buckets"] == 100_003 and meta["config"]["fc_sizes"] == [32, 16]
