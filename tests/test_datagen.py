@@ -199,3 +199,13 @@ def test_vocab_strings_are_8_lowercase_hex_digits_and_unique_per_column():
     codes = datagen._mix32(np.arange(5000, dtype=np.uint32) + np.uint32(2 ** 32 - 2500))
     assert datagen._hex8(codes).to_pylist() == [f"{int(v):08x}" for v in codes]
 
+
+@pytest.mark.parametrize("value", ["0", "-1", "1001"])
+def test_cli_refuses_a_bad_vocab_scale_before_any_work(tmp_path, capsys, value):
+    from ctr_volcano.cli import main
+
+    out = tmp_path / "out"
+    assert main(["gen-data", "--rows", "10", "--out", str(out), f"--vocab-scale={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--vocab-scale={value}" in err and "1..1000" in err
+    assert not out.exists()
