@@ -47,14 +47,20 @@ def run_child(argv: List[str]) -> Dict[str, Any]:
             "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
-def make_raw(workdir: str, rows: int, seed: int = 1) -> str:
-    """A cached single-file ``gen-data`` TSV of ``rows`` lines; returns its path."""
-    raw_dir = os.path.join(workdir, f"raw-{rows}")
+def make_raw(workdir: str, rows: int, seed: int = 1, vocab_scale: int = 1) -> str:
+    """A cached single-file ``gen-data`` TSV of ``rows`` lines; returns its path.
+
+    ``vocab_scale`` is ``gen-data --vocab-scale`` (vocabularies that many times larger, so the
+    distinct ids keep growing with the rows); the cache directory names it when it is not 1.
+    """
+    suffix = f"-vocab{vocab_scale}" if vocab_scale != 1 else ""
+    raw_dir = os.path.join(workdir, f"raw-{rows}{suffix}")
     path = os.path.join(raw_dir, "part-00000.tsv")
     if not os.path.exists(os.path.join(raw_dir, "oracle.json")):
         shutil.rmtree(raw_dir, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "gen-data", "--rows", str(rows),
-                        "--out", raw_dir, "--seed", str(seed), "--oracle-rows", "20000"],
+                        "--out", raw_dir, "--seed", str(seed), "--oracle-rows", "20000",
+                        "--vocab-scale", str(vocab_scale)],
                        check=True, stdout=subprocess.DEVNULL)
     return path
 

@@ -16,9 +16,16 @@ that falls by more than that share. Writes ``scale.md`` (the table and the flags
 ``scale.png`` (the plot) into ``--out`` (default ``docs/`` of this repository; with ``--quick`` the
 workdir, so a smoke run never replaces the committed figures).
 
+The lines come from ``gen-data --vocab-scale 100`` by default: vocabularies 100 times the
+standard ones (up to 300,000 values per column), so the sparse table, pserver memory, checkpoints
+and the model grow with the rows as on real Criteo; at ``--vocab-scale 1`` they stop growing at
+~32k keys and the sparse side cannot show superlinear growth. The scale is in the header of
+``scale.md`` / ``scale.json`` and in each point.
+
 Last line: ``RESULT points=N superlinear=NAMES|none``.
 
-Usage: ``python bench/scale.py [--quick] [--epochs 1] [--workdir /tmp/ctr_scale] [--out DIR]``
+Usage: ``python bench/scale.py [--quick] [--epochs 1] [--vocab-scale 100] [--workdir /tmp/ctr_scale]
+[--out DIR]``
 """
 from __future__ import annotations
 
@@ -55,12 +62,13 @@ COLUMNS = [
 ]
 
 
-def measure(rows: int, buckets: int, epochs: int, workdir: str) -> Dict[str, Any]:
+def measure(rows: int, buckets: int, epochs: int, workdir: str,
+            vocab_scale: int = 1) -> Dict[str, Any]:
     """All figures of one point (see the module docstring)."""
     from ctr_model.data import resolve_split
     from ctr_model.infer import evaluate_files, load_model
 
-    raw = make_raw(workdir, rows)
+    raw = make_raw(workdir, rows, vocab_scale=vocab_scale)
     point_dir = os.path.join(workdir, f"point-{rows}-{buckets}")
     shutil.rmtree(point_dir, ignore_errors=True)
     os.makedirs(point_dir)
@@ -76,7 +84,7 @@ def measure(rows: int, buckets: int, epochs: int, workdir: str) -> Dict[str, Any
     rss = {role: max((p["peak_rss_mb"] for p in run["probes"] if p["role"] == role), default=0.0)
            for role in ("PSERVER", "TRAINER")}
     point = {
-        "rows": rows, "buckets": buckets, "epochs": epochs,
+        "rows": rows, "buckets": buckets, "epochs": epochs, "vocab_scale": vocab_scale,
         "raw_mb": os.path.getsize(raw) / 1e6,
         "prep_mb_s": prep["mb_per_s"], "prep_rss_mb": prep["peak_rss_mb"],
         "train_wall_s": run["wall_s"], "e2e_ex_s": tp["e2e_ex_per_s"],
@@ -175,7 +183,12 @@ def main(argv=None) -> int:
                                   "workdir with --quick)")
     ap.add_argument("--tolerance", type=float, default=0.15,
                     help="slack before a growth is flagged (default 0.15)")
+    ap.add_argument("--vocab-scale", type=int, default=100, metavar="K",
+                    help="gen-data --vocab-scale of the lines (default 100: a sparse table that "
+                         "grows with the rows; 1: the standard vocabularies, ~32k keys at most)")
     args = ap.parse_args(argv)
+    if not 1 <= args.vocab_scale <= 1000:
+        ap.error(f"--vocab-scale={args.vocab_scale}: use an integer in 1..1000, e.g. 100")
     out = args.out or (args.workdir if args.quick else os.path.join(REPO, "docs"))
     os.makedirs(args.workdir, exist_ok=True)
     os.makedirs(out, exist_ok=True)
@@ -183,7 +196,7 @@ def main(argv=None) -> int:
     points = []
     for rows, buckets in (QUICK_POINTS if args.quick else FULL_POINTS):
         print(f"point: {rows} lines, {buckets} buckets ...", flush=True)
-        p = measure(rows, buckets, args.epochs, args.workdir)
+        p = measure(rows, buckets, args.epochs, args.workdir, args.vocab_scale)
         points.append(p)
         print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in p.items()), flush=True)
@@ -192,13 +205,18 @@ def main(argv=None) -> int:
     what = "QUICK smoke run (one point)" if args.quick else "bench/scale.py"
     header = (f"Measured by `{what}` on {stamp}: {os.cpu_count()} cores, "
               f"Python {platform.python_version()}, {args.epochs} epoch(s), 2 pservers x 2 trainers; "
+              f"lines from `gen-data --vocab-scale {args.vocab_scale}` "
+              f"(vocabularies {args.vocab_scale}x the standard, up to "
+              f"{3000 * args.vocab_scale:,} values per column); "
               f"1-minute load average at each point in the last column.")
     with open(os.path.join(out, "scale.md"), "w") as fh:
         fh.write(table(points, flags, header))
     with open(os.path.join(out, "scale.json"), "w") as fh:
-        json.dump({"header": header, "points": points, "superlinear": flags}, fh, indent=1)
+        json.dump({"header": header, "vocab_scale": args.vocab_scale, "points": points,
+                   "superlinear": flags}, fh, indent=1)
     plot(points, os.path.join(out, "scale.png"),
-         f"{what}, {stamp}: {args.epochs} epoch(s), 2 pservers x 2 trainers, shared 2-core machine")
+         f"{what}, {stamp}: {args.epochs} epoch(s), 2 pservers x 2 trainers, "
+         f"gen-data --vocab-scale {args.vocab_scale}, shared 2-core machine")
     print(table(points, flags, header))
     print(f"wrote {os.path.join(out, 'scale.md')}, scale.json and scale.png")
     names = sorted({f.split(":")[0].replace(" ", "_") for f in flags})

@@ -36,9 +36,9 @@ def day_dir(out_dir: str, date: _dt.date) -> str:
     return os.path.join(out_dir, DAY_DIR_FORMAT.format(date=date.isoformat()))
 
 
-def drifted_models(seed: int, days: int, drift: float) -> List[PlantedModel]:
-    """The planted model of each day (day 0 is ``planted_model(seed)``); deterministic."""
-    base = planted_model(seed)
+def drifted_models(seed: int, days: int, drift: float, vocab_scale: int = 1) -> List[PlantedModel]:
+    """The planted model of each day (day 0 is ``planted_model(seed, vocab_scale)``); deterministic."""
+    base = planted_model(seed, vocab_scale)
     rng = np.random.default_rng([int(seed), 0xD21F7])
     keep, new = math.sqrt(1.0 - drift), math.sqrt(drift)
     models = [base]
@@ -58,7 +58,7 @@ def drifted_models(seed: int, days: int, drift: float) -> List[PlantedModel]:
 
 def generate_days(out_dir: str, days: int, rows: int, drift: float = 0.3, seed: int = 0,
                   start_date: str = "2026-01-01", files: int = 1, gzip_level: int = 0,
-                  oracle_rows: int = ORACLE_ROWS) -> List[Dict[str, Any]]:
+                  oracle_rows: int = ORACLE_ROWS, vocab_scale: int = 1) -> List[Dict[str, Any]]:
     """Write ``days`` daily partitions of ``rows`` lines each.
 
     Args:
@@ -68,7 +68,7 @@ def generate_days(out_dir: str, days: int, rows: int, drift: float = 0.3, seed: 
         drift: share of the planted weights' variance replaced per day, in [0, 1).
         seed: selects the planted model, its drift and the rows.
         start_date: the first day, ``YYYY-MM-DD``.
-        files, gzip_level, oracle_rows: as in :func:`ctr_volcano.datagen.generate`.
+        files, gzip_level, oracle_rows, vocab_scale: as in :func:`ctr_volcano.datagen.generate`.
 
     Returns:
         Each day's oracle dict (also in its ``oracle.json``), with ``date``, ``day``, ``drift`` and
@@ -85,14 +85,14 @@ def generate_days(out_dir: str, days: int, rows: int, drift: float = 0.3, seed: 
         first = _dt.date.fromisoformat(start_date)
     except (TypeError, ValueError):
         raise BadInput("start_date", start_date, "use an ISO date, e.g. 2026-01-01") from None
-    models = drifted_models(seed, days, float(drift))
+    models = drifted_models(seed, days, float(drift), vocab_scale)
     out = []
     for k, model in enumerate(models):
         date = first + _dt.timedelta(days=k)
         path = day_dir(out_dir, date)
         # every day draws its own rows (row stream seed), from its own model
         oracle = generate(path, rows=rows, seed=seed * 1000 + k, files=files, gzip_level=gzip_level,
-                          oracle_rows=oracle_rows, model=model)
+                          oracle_rows=oracle_rows, model=model, vocab_scale=vocab_scale)
         sample = model.sample(np.random.default_rng([seed * 1000 + k, 0x0AC1E]), oracle_rows)
         stale = models[0].intercept + models[0].scale * models[0]._raw_logit(
             sample["dense"], sample["dense_missing"], sample["ranks"])

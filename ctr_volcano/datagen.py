@@ -15,6 +15,10 @@ The planted model (generator version 1):
   each column carry sizable weights; the long tail carries small ones, and vocabularies stay at
   most 3,000 values (real Criteo has millions), so the signal is learnable from a million rows and
   not hidden in ids nobody sees twice.
+* ``vocab_scale`` (default 1) multiplies every vocabulary size, for scale measurements: with the
+  same Zipf frequencies over up to 3,000 x ``vocab_scale`` values, the number of distinct ids seen
+  (the sparse table, pserver memory, model size) keeps growing with the rows, as on real Criteo.
+  Scale 1 is the model above, unchanged.
 * Noise slots with zero weight: ``I9``, ``I13``, ``C3``, ``C16``, ``C21``.
 * The total log-odds spread is normalised per seed (oracle AUC about 0.78) and the intercept set for
   a click rate of about 25%.
@@ -42,7 +46,7 @@ from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 
 __all__ = ["generate", "PlantedModel", "planted_model", "auc_score", "logloss_score",
-           "ORACLE_FILE", "GENERATOR_VERSION", "CHUNK_ROWS"]
+           "ORACLE_FILE", "GENERATOR_VERSION", "CHUNK_ROWS", "MAX_VOCAB_SCALE"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +56,8 @@ GENERATOR_VERSION = 1
 CHUNK_ROWS = 100_000
 #: Rows of the fresh sample the oracle figures are measured on.
 ORACLE_ROWS = 400_000
+#: Largest ``vocab_scale``: 3,000,000 values in the widest column, about 0.8 GB of planted model.
+MAX_VOCAB_SCALE = 1000
 
 _DENSE_MISSING = (0.45, 0.0, 0.21, 0.22, 0.03, 0.22, 0.04, 0.0, 0.04, 0.45, 0.04, 0.77, 0.22)
 _DENSE_CENTER = (0.8, 1.5, 2.2, 1.8, 7.5, 4.2, 1.9, 2.4, 3.8, 0.4, 0.9, 0.3, 1.9)
@@ -81,6 +87,7 @@ class PlantedModel:
     sparse_weight: List[np.ndarray]   # per column: weight per rank
     scale: float                      # multiplies the raw log-odds spread
     intercept: float
+    vocab_scale: int = 1              # multiplies every vocabulary size (``_VOCAB``)
 
     def sample(self, rng: np.random.Generator, n: int) -> Dict[str, Any]:
         """Draw ``n`` rows: raw dense ints (masked), categorical ranks (-1 = empty), p and labels."""
@@ -129,18 +136,52 @@ def _mix32(x: np.ndarray) -> np.ndarray:
     return x
 
 
-@functools.lru_cache(maxsize=4)
-def planted_model(seed: int) -> PlantedModel:
-    """Build the planted model of ``seed`` (deterministic; cached, treat it as read-only)."""
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
+
+
+def _hex8(codes: np.ndarray):
+    """``codes`` (uint32) as a pyarrow string array of 8 lowercase hex digits (``f"{v:08x}"``)."""
     import pyarrow as pa
 
+    nibbles = (codes.astype(np.uint32)[:, None] >> _NIBBLE_SHIFTS) & np.uint32(0xF)
+    data = _HEX_DIGITS[nibbles].tobytes()
+    offsets = np.arange(0, 8 * len(codes) + 1, 8, dtype=np.int32)
+    return pa.StringArray.from_buffers(len(codes), pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def _check_vocab_scale(vocab_scale: Any) -> None:
+    if not is_int(vocab_scale, 1) or vocab_scale > MAX_VOCAB_SCALE:
+        raise BadInput("vocab_scale", vocab_scale,
+                       f"use an integer in 1..{MAX_VOCAB_SCALE} (1: the standard vocabularies of at "
+                       f"most 3,000 values per column; e.g. 100 for a sparse table that grows with "
+                       f"the rows)")
+
+
+def planted_model(seed: int, vocab_scale: int = 1) -> PlantedModel:
+    """Build the planted model of ``seed`` (deterministic; cached, treat it as read-only).
+
+    Args:
+        seed: selects the model.
+        vocab_scale: every column's vocabulary has ``_VOCAB[c] * vocab_scale`` values (1..1000).
+
+    Raises:
+        BadInput: if ``vocab_scale`` is out of range.
+    """
+    _check_vocab_scale(vocab_scale)
+    return _build_planted_model(int(seed), int(vocab_scale))
+
+
+@functools.lru_cache(maxsize=4)
+def _build_planted_model(seed: int, vocab_scale: int) -> PlantedModel:
     rng = np.random.default_rng([int(seed), 0xA11CE])
     vocab, cdf, weights = [], [], []
     for c in range(NUM_SPARSE):
-        size = _VOCAB[c]
+        size = _VOCAB[c] * int(vocab_scale)
         base = np.uint32((int(rng.integers(0, 2 ** 32)) ^ ((c + 1) << 26)) & 0xFFFFFFFF)
+        # distinct ranks mod 2**32 through a bijection: the values of a column are distinct
         codes = _mix32(np.arange(size, dtype=np.uint32) + base)
-        vocab.append(pa.array([f"{int(v):08x}" for v in codes], type=pa.string()))
+        vocab.append(_hex8(codes))
         exponent = rng.uniform(1.05, 1.2)
         prob = (np.arange(size) + 1.0) ** -exponent
         cdf.append(np.cumsum(prob) / prob.sum())
@@ -152,7 +193,8 @@ def planted_model(seed: int) -> PlantedModel:
     model = PlantedModel(seed=int(seed), dense_mean=np.zeros(NUM_DENSE),
                          dense_std=np.ones(NUM_DENSE),
                          dense_weight=np.array(_DENSE_WEIGHT, dtype=np.float64),
-                         vocab=vocab, cdf=cdf, sparse_weight=weights, scale=1.0, intercept=0.0)
+                         vocab=vocab, cdf=cdf, sparse_weight=weights, scale=1.0, intercept=0.0,
+                         vocab_scale=int(vocab_scale))
     # Calibrate on a fixed sample: standardise dense features, set the spread and the base rate.
     cal = model.sample(np.random.default_rng([int(seed), 0xCA1]), 100_000)
     t = np.where(cal["dense_missing"], 0.0, dense_transform(cal["dense"].ravel())
@@ -201,7 +243,8 @@ def _tsv_bytes(table) -> bytes:
 
 
 def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level: int = 0,
-             oracle_rows: int = ORACLE_ROWS, model: Optional[PlantedModel] = None) -> Dict[str, Any]:
+             oracle_rows: int = ORACLE_ROWS, model: Optional[PlantedModel] = None,
+             vocab_scale: int = 1) -> Dict[str, Any]:
     """Write ``rows`` synthetic Criteo lines into ``out_dir`` and measure the oracle.
 
     Args:
@@ -216,10 +259,13 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
             the AUC is about 0.001 at the default).
         model: draw from this planted model instead of ``planted_model(seed)`` (``seed`` still
             selects the rows); :mod:`ctr_volcano.daily_data` passes each day's drifted model.
+        vocab_scale: multiplies every column's vocabulary size (1..1000; see the module
+            docstring); with ``model``, it must be that model's own.
 
     Returns:
         The oracle dict (also written to ``out_dir/oracle.json``): ``auc``, ``logloss``,
-        ``positive_rate``, ``prior_logloss`` and what produced the data.
+        ``positive_rate``, ``prior_logloss`` and what produced the data (``vocab_scale`` only
+        when it is not 1).
 
     Raises:
         BadInput: on invalid arguments.
@@ -235,8 +281,12 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
         raise BadInput("oracle_rows", oracle_rows, "must be an integer >= 1000")
     if gzip_level not in range(10):
         raise BadInput("gzip_level", gzip_level, "must be 0 (plain TSV) or 1..9")
+    _check_vocab_scale(vocab_scale)
+    if model is not None and model.vocab_scale != vocab_scale:
+        raise BadInput("vocab_scale", vocab_scale,
+                       f"leave it at the given model's own ({model.vocab_scale})")
+    model = model if model is not None else planted_model(seed, vocab_scale)
     os.makedirs(out_dir, exist_ok=True)
-    model = model if model is not None else planted_model(seed)
     bounds = [rows * f // files for f in range(files + 1)]
     suffix = ".tsv.gz" if gzip_level else ".tsv"
     paths = [os.path.join(out_dir, f"part-{f:05d}{suffix}") for f in range(files)]
@@ -269,6 +319,8 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
         "rows": int(rows), "files": [os.path.basename(p) for p in paths],
         "data_positive_rate": positives / rows,
     })
+    if model.vocab_scale != 1:
+        oracle["vocab_scale"] = model.vocab_scale
     with open(os.path.join(out_dir, ORACLE_FILE), "w") as fh:
         json.dump(oracle, fh, indent=2, sort_keys=True)
         fh.write("\n")

@@ -38,8 +38,16 @@ def test_no_drift_keeps_the_model_and_same_seed_same_bytes(tmp_path):
             (tmp_path / "b" / day / "part-00000.tsv").read_bytes()
 
 
+def test_days_keep_the_vocab_scale(tmp_path):
+    days = generate_days(str(tmp_path), days=2, rows=200, drift=0.3, seed=2, oracle_rows=2000,
+                         vocab_scale=3)
+    assert [d["vocab_scale"] for d in days] == [3, 3]
+    assert [len(v) for v in drifted_models(2, 2, 0.3, vocab_scale=3)[1].vocab][:2] == [3000, 1500]
+
+
 @pytest.mark.parametrize("kw,field", [({"days": 0}, "days"), ({"drift": 1.0}, "drift"),
-                                      ({"start_date": "01/02/2026"}, "start_date")])
+                                      ({"start_date": "01/02/2026"}, "start_date"),
+                                      ({"vocab_scale": 0}, "vocab_scale")])
 def test_bad_arguments_are_refused(tmp_path, kw, field):
     args = {"days": 2, "rows": 10, "drift": 0.1, **kw}
     with pytest.raises(BadInput, match=field):

@@ -148,3 +148,64 @@ def test_sample_is_learnable_after_prep(sample_dir, tmp_path):
     auc = datagen.auc_score(y_test, model.predict_proba(x_test)[:, 1])
     oracle = json.loads((sample_dir / "oracle.json").read_text())["auc"]
     assert oracle - 0.04 < auc <= oracle + 0.02, (auc, oracle)
+
+
+#: sha256 of ``generate(rows=2000, seed=7, oracle_rows=20_000)``'s part-00000.tsv and oracle.json,
+#: computed with the generator as it was before ``vocab_scale`` existed (scale 1 must not move).
+SCALE1_TSV_SHA256 = "ea2da0e3fb9c7c0e1b79b04f3241afa49d69624683b929e4c3cab80650f47962"
+SCALE1_ORACLE_SHA256 = "47aae0b431dcb22a2f8b2f2632bf658427f97a13a0564efadb97f5d6e6b4b750"
+
+
+def test_vocab_scale_1_output_is_unchanged(tmp_path):
+    import hashlib
+
+    oracle = datagen.generate(str(tmp_path), rows=2000, seed=7, oracle_rows=20_000, vocab_scale=1)
+    assert "vocab_scale" not in oracle
+    digest = {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+              for name in ("part-00000.tsv", "oracle.json")}
+    assert digest == {"part-00000.tsv": SCALE1_TSV_SHA256, "oracle.json": SCALE1_ORACLE_SHA256}
+
+
+def _distinct_per_column(directory):
+    fields = [line.split("\t") for line in _lines(directory)]
+    return [len({f[14 + c] for f in fields} - {""}) for c in range(F.NUM_SPARSE)]
+
+
+def test_vocab_scale_grows_the_distinct_ids_with_the_rows(tmp_path):
+    seen = {}
+    for scale, rows in ((1, 20_000), (100, 10_000), (100, 20_000), (100, 40_000)):
+        out = tmp_path / f"s{scale}-{rows}"
+        oracle = datagen.generate(str(out), rows=rows, seed=3, oracle_rows=20_000, vocab_scale=scale)
+        assert oracle.get("vocab_scale", 1) == scale
+        seen[scale, rows] = _distinct_per_column(out)
+    wide = [c for c in range(F.NUM_SPARSE) if datagen._VOCAB[c] >= 300]
+    assert all(seen[100, 20_000][c] > seen[1, 20_000][c] for c in wide), seen
+    assert sum(seen[100, 20_000]) > 2 * sum(seen[1, 20_000])
+    # (seed 3: 55,016 -> 92,069 -> 151,656 distinct values in all; scale 1 at 20k rows: 23,444)
+    assert sum(seen[100, 20_000]) > 1.4 * sum(seen[100, 10_000])
+    assert sum(seen[100, 40_000]) > 1.4 * sum(seen[100, 20_000])
+    assert 0.7 < oracle["auc"] < 0.85 and 0.2 < oracle["positive_rate"] < 0.3
+
+
+def test_vocab_strings_are_8_lowercase_hex_digits_and_unique_per_column():
+    import pyarrow.compute as pc
+
+    model = datagen.planted_model(3, vocab_scale=100)
+    assert model.vocab_scale == 100
+    for c, vocab in enumerate(model.vocab):
+        assert len(vocab) == datagen._VOCAB[c] * 100 == pc.count_distinct(vocab).as_py()
+        assert pc.all(pc.match_substring_regex(vocab, "^[0-9a-f]{8}$")).as_py()
+    # the vectorised formatting is the plain one
+    codes = datagen._mix32(np.arange(5000, dtype=np.uint32) + np.uint32(2 ** 32 - 2500))
+    assert datagen._hex8(codes).to_pylist() == [f"{int(v):08x}" for v in codes]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1001"])
+def test_cli_refuses_a_bad_vocab_scale_before_any_work(tmp_path, capsys, value):
+    from ctr_volcano.cli import main
+
+    out = tmp_path / "out"
+    assert main(["gen-data", "--rows", "10", "--out", str(out), f"--vocab-scale={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--vocab-scale={value}" in err and "1..1000" in err
+    assert not out.exists()

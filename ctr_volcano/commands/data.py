@@ -28,6 +28,10 @@ def register(subparsers) -> None:
                    help="write .tsv.gz at this gzip level 1-9 (default 0: plain TSV)")
     g.add_argument("--oracle-rows", type=int, default=400_000,
                    help="rows of the fresh sample the oracle is measured on (default 400000)")
+    g.add_argument("--vocab-scale", type=int, default=1, metavar="K",
+                   help="multiply every categorical column's vocabulary size by K (1-1000; default "
+                        "1: at most 3,000 values per column), so the distinct ids seen keep growing "
+                        "with --rows, as on real Criteo")
     g.add_argument("--days", type=int, default=None, metavar="N",
                    help="write N daily partitions OUT/day=YYYY-MM-DD/ of --rows lines each, from a "
                         "planted model that drifts from day to day (per-day oracle.json)")
@@ -73,13 +77,15 @@ def _gen_data(args: argparse.Namespace) -> int:
 
         for day in generate_days(args.out, days=args.days, rows=args.rows, drift=args.drift,
                                  seed=args.seed, start_date=args.start_date, files=args.files,
-                                 gzip_level=args.gzip, oracle_rows=args.oracle_rows):
+                                 gzip_level=args.gzip, oracle_rows=args.oracle_rows,
+                                 vocab_scale=args.vocab_scale):
             print(f"{day['date']}: {args.rows} rows; oracle auc={day['auc']} "
                   f"(day-0 model: {day['day0_model_auc']}) positive_rate={day['positive_rate']}")
         return 0
 
     oracle = generate(args.out, rows=args.rows, seed=args.seed, files=args.files,
-                      gzip_level=args.gzip, oracle_rows=args.oracle_rows)
+                      gzip_level=args.gzip, oracle_rows=args.oracle_rows,
+                      vocab_scale=args.vocab_scale)
     print(f"wrote {args.rows} rows in {len(oracle['files'])} file(s) to {args.out}; "
           f"oracle auc={oracle['auc']} logloss={oracle['logloss']} "
           f"positive_rate={oracle['positive_rate']} (see {args.out}/oracle.json)")
