@@ -48,6 +48,7 @@ from ctr_model.data import (
     resolve_split,
 )
 from ctr_model.logs import human_seconds, setup_logging
+from ctr_model.rendezvous import PSERVER_WAIT_S, serve_rendezvous, wait_for_endpoints
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
 __all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "MODEL_DIR",
@@ -164,37 +165,6 @@ def resolve_own_host(host: str, timeout_s: float = DNS_WAIT_S, interval_s: float
             time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
 
-#: How long a trainer polls the pservers' ports itself before handing over to Paddle's own check.
-PSERVER_WAIT_S = 600.0
-
-
-def wait_for_endpoints(endpoints: Sequence[str], timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll ``host:port`` endpoints until every one accepts a connection; ``False`` after ``timeout_s``.
-
-    Paddle's ``wait_server_ready`` (called inside ``minimize``) makes the same check but sleeps 3 s
-    between attempts, and the pservers are still starting when the trainers get there: every run
-    slept 3-6 s there (docs/performance.md). Waiting here at ``interval_s`` lets Paddle's check pass
-    at once. On timeout the caller goes on and Paddle keeps waiting its own way.
-    """
-    pending = list(dict.fromkeys(endpoints))
-    deadline = time.monotonic() + timeout_s
-    while pending:
-        host, port = pending[0].rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(2)
-            try:
-                ready = sock.connect_ex((host, int(port))) == 0
-            except OSError:       # a name the cluster DNS has not published yet
-                ready = False
-        if ready:
-            pending.pop(0)
-            continue
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)
-    return True
-
-
 def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
     host, port = spec.ps_endpoints()[spec.index].rsplit(":", 1)
     address = resolve_own_host(host)
@@ -210,13 +180,11 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
         return EXIT_BAD_INPUT
     stop_rendezvous = None
     if spec.index == 0:
-        from ctr_model.rendezvous import serve_rendezvous
-
         try:
             stop_rendezvous = serve_rendezvous(spec.gloo_port)
         except OSError as exc:
             log.error(f"{spec.name}: error: cannot serve the trainers' rendezvous on port {spec.gloo_port} "
-                      f"({exc.strerror}; CTR_GLOO_PORT): stop the process holding it or choose another port")
+                      f"({exc.strerror or exc}; CTR_GLOO_PORT): stop the process holding it or choose another port")
             return EXIT_BAD_INPUT
     try:
         return _serve(spec, config, ws, f"{host}:{port}")

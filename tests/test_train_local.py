@@ -181,7 +181,7 @@ def test_trainer_waits_for_pserver_ports_itself():
     import socket
     import threading
 
-    from ctr_model.train import wait_for_endpoints
+    from ctr_model.rendezvous import wait_for_endpoints
 
     late = socket.socket()
     late.bind(("127.0.0.1", 0))
