@@ -50,8 +50,8 @@ def read_sparse_table(model_dir: str, dim: int):
 
     files = sorted(glob.glob(os.path.join(model_dir, "000", "part-*")))
     if not files:
-        raise ModelError(f"{model_dir}/000/ has no sparse-table shards: was the model exported by "
-                         f"ctr_model.train (fleet.save_inference_model)?")
+        raise ModelError(f"{model_dir}/000/ has no sparse-table shards: pass a model exported by "
+                         f"ctr-volcano train (its sparse.npz) or a checkpoint directory")
     cols = [0, _EMBED_W_COL] + list(range(_EMBEDX_COL, _EMBEDX_COL + dim - 1))
     names = [f"f{c}" for c in cols]
     keys, rows = [], []
@@ -83,11 +83,12 @@ def read_sparse_table(model_dir: str, dim: int):
     return k[order], r[order]
 
 
-def write_sparse_npz(model_dir: str, dim: int) -> int:
-    """Parse the text shards once and store them as ``sparse.npz``; returns the number of keys."""
+def write_sparse_npz(model_dir: str, dim: int, table_dir: Optional[str] = None) -> int:
+    """Parse the pservers' text shards (under ``table_dir``, a checkpoint, or else ``model_dir``) once
+    and store them as ``model_dir/sparse.npz``; returns the number of keys."""
     import numpy as np
 
-    keys, rows = read_sparse_table(model_dir, dim)
+    keys, rows = read_sparse_table(table_dir or model_dir, dim)
     np.savez(os.path.join(model_dir, SPARSE_FILE), keys=keys, rows=rows)
     return int(len(keys))
 

@@ -133,8 +133,11 @@ def test_gang_trains_from_the_store_into_the_store(planted_uri, planted_local, s
     assert ckpts == {"epoch-1", "epoch-2"}
     epoch2 = {n for n, _ in client.list(s3.join(out, "checkpoints/epoch-2"), recursive=True)}
     assert {"_COMPLETE", "meta.json", "000", "001"} <= epoch2
-    # both pservers' parts of the sparse table reached the store (each uploaded its own)
-    parts = [n for n, _ in client.list(s3.join(out, "model/000"))]
+    # both pservers' parts of the sparse table reached the store (each uploaded its own) and the model
+    # (its warm-start copy of the final checkpoint, from which trainer 0 exported sparse.npz)
+    names = {n for n, _ in client.list(s3.join(out, "model"))}
+    assert {"sparse.npz", "dense.npz", "model_meta.json", "warm_start"} <= names, names
+    parts = [n for n, _ in client.list(s3.join(out, "model/warm_start/000"))]
     assert {p.split("-")[1] for p in parts if p.startswith("part-")} == {"000", "001"}, parts
     from ctr_model.infer import load_model
 
