@@ -49,6 +49,7 @@ from ctr_model.data import (
 )
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.rendezvous import PSERVER_WAIT_S, serve_rendezvous, wait_for_endpoints
+from ctr_model.tablegzip import use_fast_gzip
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
 __all__ = ["main", "auc_from_stats", "check_test_split", "resolve_own_host", "MODEL_DIR",
@@ -186,11 +187,16 @@ def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
             log.error(f"{spec.name}: error: cannot serve the trainers' rendezvous on port {spec.gloo_port} "
                       f"({exc.strerror or exc}; CTR_GLOO_PORT): stop the process holding it or choose another port")
             return EXIT_BAD_INPUT
+    import shutil
+
+    bin_dir = _cache_dir(spec) + "-bin"
+    use_fast_gzip(bin_dir)
     try:
         return _serve(spec, config, ws, f"{host}:{port}")
     finally:
         if stop_rendezvous is not None:
             stop_rendezvous()
+        shutil.rmtree(bin_dir, ignore_errors=True)
 
 
 def _serve(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, endpoint: str) -> int:

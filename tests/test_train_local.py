@@ -5,6 +5,7 @@ where kfp (and so proto-plus, which shadows Paddle's ``proto`` package) is insta
 """
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import signal
@@ -63,6 +64,9 @@ def test_two_by_two_learns_on_planted_data(planted, job_id, tmp_path):
     for trainer in ("trainer-0", "trainer-1"):     # the trainers' progress reaches the supervisor's log
         assert any(f": {trainer}: epoch 2 done: 8000 examples" in line for line in logs), logs
     assert any(": trainer-0: calibrated the output bias" in line for line in logs), logs
+    # the pservers wrote their table files through the level-1 gzip (header XFL byte 4), not level 6
+    parts = glob.glob(str(tmp_path / "w" / "output" / "checkpoints" / "epoch-2" / "00*" / "part-*"))
+    assert parts and all(open(p, "rb").read(9)[8] == 4 for p in parts if os.path.getsize(p) > 20), parts
     m = result.metrics
     assert [e["epoch"] for e in m["epochs"]] == [1, 2]
     assert m["epochs"][0]["examples"] == 16_000                 # every row, no overlap, no loss
