@@ -160,6 +160,7 @@ def run_bare(slot_files, rows_per_file, config: dict, workdir: str) -> dict:
                             output_dir=workdir)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "CTR_"))}
             env.update(paddle_env(spec))
+            env["PADDLE_WITH_GLOO"] = "1"    # bare Paddle: its own rendezvous server in pserver 0
             mine = assign_shards(slot_files, i, 2) if role == "trainer" else []
             env.update(BENCH_CONFIG=json.dumps(config), BENCH_FILES=json.dumps(mine),
                        BENCH_ROWS=str(sum(rows_per_file[f] for f in mine)))
