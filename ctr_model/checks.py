@@ -9,7 +9,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Optional
 
-__all__ = ["is_int", "is_positive"]
+__all__ = ["is_int", "is_positive", "is_real"]
 
 
 def is_int(value: Any, lo: Optional[int] = None, hi: Optional[int] = None) -> bool:
@@ -23,3 +23,9 @@ def is_int(value: Any, lo: Optional[int] = None, hi: Optional[int] = None) -> bo
 def is_positive(value: Any) -> bool:
     """A real number (never ``bool``) greater than zero."""
     return not isinstance(value, bool) and isinstance(value, numbers.Real) and float(value) > 0
+
+
+def is_real(value: Any, lo: float, hi: float) -> bool:
+    """A finite real number (never ``bool``) within ``[lo, hi]``."""
+    return (not isinstance(value, bool) and isinstance(value, numbers.Real)
+            and lo <= float(value) <= hi)

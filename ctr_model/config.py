@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping, Tuple
 
-from ctr_model.checks import is_int, is_positive
+from ctr_model.checks import is_int, is_positive, is_real
 from ctr_model.features import DEFAULT_HASH_BUCKETS
 
 __all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
@@ -50,6 +50,10 @@ class TrainConfig:
         reader: ``inmemory`` (load the shard once, shuffle per epoch) or ``queue`` (stream files).
         shuffle: shuffle the in-memory data before each epoch (``inmemory`` only).
         keep_checkpoints: how many epoch checkpoints to keep (the newest ones).
+        checkpoint_secs: write a checkpoint after an epoch only when at least this many seconds have
+            passed since the last one (or since training started); the last epoch is always
+            checkpointed. 0 checkpoints every epoch. A checkpoint of 400k sparse keys takes ~4 s
+            on 2 cores, a third of a 1M-row epoch there (docs/performance.md).
         sparse_shards: files per pserver for the sparse table when saving (Paddle's default, 1000,
             makes every checkpoint slow).
     """
@@ -68,6 +72,7 @@ class TrainConfig:
     reader: str = "inmemory"
     shuffle: bool = True
     keep_checkpoints: int = 2
+    checkpoint_secs: float = 600.0
     sparse_shards: int = 16
 
     def __post_init__(self) -> None:
@@ -95,6 +100,10 @@ class TrainConfig:
             if not is_positive(value):
                 raise ConfigError(name, value, "use a positive number")
             object.__setattr__(self, name, float(value))
+        if not is_real(self.checkpoint_secs, 0.0, 7 * 86400.0):
+            raise ConfigError("checkpoint_secs", self.checkpoint_secs,
+                              "use seconds in 0..604800 (0: a checkpoint after every epoch)")
+        object.__setattr__(self, "checkpoint_secs", float(self.checkpoint_secs))
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError("optimizer", self.optimizer, f"use one of {', '.join(OPTIMIZERS)}")
         if self.reader not in READERS:

@@ -489,6 +489,7 @@ def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, e
     progress.start()
     progress_file = f"{wsp.GANG_DIR}/{spec.name}.json"
     history = _load_history(ws, progress_file, start_epoch)
+    last_checkpoint = time.time()
     try:
         for epoch in range(start_epoch + 1, config.epochs + 1):
             if config.reader == "inmemory" and config.shuffle:
@@ -514,7 +515,11 @@ def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, e
             _log(spec, f"epoch {epoch} done: {int(n)} examples in {seconds:.1f}s "
                        f"({record['examples_per_sec']:.0f} ex/s), loss {record['loss'] or float('nan'):.4f}, "
                        f"auc {record['auc']:.4f}")
-            _save_checkpoint(spec, config, ws, fleet, exe, epoch)
+            # every trainer decides alike (the save is collective): by the epoch, and by trainer 0's
+            # clock, which the others read from its progress file
+            if _checkpoint_due(spec, config, ws, epoch, last_checkpoint):
+                _save_checkpoint(spec, config, ws, fleet, exe, epoch)
+                last_checkpoint = time.time()
     finally:
         progress.stop_event.set()
 
@@ -560,6 +565,30 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     _write_json(os.path.join(model_dir, MODEL_META), meta)
     _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
     ws.publish(MODEL_DIR)
+
+
+def _checkpoint_due(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, epoch: int,
+                    since: float, poll_s: float = 0.1) -> bool:
+    """Whether the gang checkpoints after ``epoch``: always after the last epoch or with
+    ``checkpoint_secs`` 0, else when trainer 0 has trained ``checkpoint_secs`` since the last one.
+    The save is collective, so trainer 0 decides and writes the decision where the others wait for
+    it, under this attempt's pserver-0 nonce (a previous attempt's decisions are never read)."""
+    if epoch >= config.epochs or config.checkpoint_secs == 0:
+        return True
+    nonce = ws.read_text(f"{wsp.GANG_DIR}/{PSERVER}-0.nonce") or "none"
+    rel = f"{wsp.GANG_DIR}/checkpoint-{nonce}-epoch-{epoch}"
+    if spec.index == 0:
+        due = time.time() - since >= config.checkpoint_secs
+        ws.write_text(rel, "yes" if due else "no")
+        if not due:
+            _log(spec, f"no checkpoint after epoch {epoch}: the last was {time.time() - since:.0f}s ago "
+                       f"(checkpoint_secs {config.checkpoint_secs:g})")
+        return due
+    while True:
+        decision = ws.read_text(rel)
+        if decision in ("yes", "no"):
+            return decision == "yes"
+        time.sleep(poll_s)
 
 
 def _save_checkpoint(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, exe,

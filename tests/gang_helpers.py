@@ -13,8 +13,9 @@ from ctr_volcano.local_gang import processes_with_env
 __all__ = ["SMALL", "job_processes", "parent_pid", "write_small_planted", "gang_job_id"]
 
 #: A model small enough to learn the planted data in seconds on two cores.
+#: Checkpoints after every epoch (``checkpoint_secs`` 0), which the kill-and-resume tests rely on.
 SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
-         "progress_secs": 2.0, "sparse_shards": 4}
+         "progress_secs": 2.0, "sparse_shards": 4, "checkpoint_secs": 0}
 
 
 def job_processes(job_id: str, *extra: str) -> List[int]:

@@ -19,6 +19,7 @@ def test_config_round_trip_and_defaults():
 @pytest.mark.parametrize("field,value", [
     ("epochs", 0), ("batch_size", -1), ("learning_rate", 0), ("fc_sizes", []),
     ("fc_sizes", [8, 0]), ("optimizer", "rmsprop"), ("reader", "python"), ("threads", True),
+    ("checkpoint_secs", -1), ("checkpoint_secs", "600"), ("checkpoint_secs", 10 ** 9),
 ])
 def test_config_errors_name_field_value_and_fix(field, value):
     with pytest.raises(ConfigError) as err:

@@ -179,6 +179,21 @@ def test_own_host_name_is_retried_until_it_resolves():
     assert time.monotonic() - started >= 0.5
 
 
+@pytest.mark.slow
+def test_short_epochs_checkpoint_only_at_the_end(planted, job_id, tmp_path):
+    """With ``checkpoint_secs`` longer than the run, trainer 0 decides against the epoch checkpoints
+    (every trainer follows its decision: the save is collective) and only the last epoch is saved."""
+    data, _ = planted
+    logs: list = []
+    result = train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 3, "checkpoint_secs": 3600},
+                         max_retry=0, workdir=str(tmp_path / "w"), job_id=job_id, log=logs.append)
+    assert [e["epoch"] for e in result.metrics["epochs"]] == [1, 2, 3]
+    assert sorted(os.listdir(tmp_path / "w" / "output" / "checkpoints")) == ["epoch-3"]
+    for epoch in (1, 2):
+        assert any(f"no checkpoint after epoch {epoch}" in line for line in logs), logs
+    assert result.metrics["test"]["auc"] > 0.6
+
+
 def test_trainer_waits_for_pserver_ports_itself():
     """The trainer's own readiness poll (``wait_for_endpoints``) returns once every port accepts, and
     gives up after its timeout on a port nobody listens on."""

@@ -377,7 +377,9 @@ def test_sigkill_restarts_the_gang_from_its_checkpoint(sandbox, tmp_path, plante
     def step() -> None:
         try:
             box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"),
-                                              _params(sandbox, claim, job, epochs=3), log=lines.append)
+                                              _params(sandbox, claim, job, epochs=3,
+                                                      config={"checkpoint_secs": 0}),  # every epoch
+                                              log=lines.append)
         except BaseException as exc:
             box["error"] = exc
 
