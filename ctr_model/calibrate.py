@@ -2,7 +2,7 @@
 
 A logistic model at its optimum satisfies this exactly (the loss gradient of the output bias is
 ``mean(p) - mean(y)``), but asynchronous parameter-server SGD stops wherever the last updates left
-it: on the committed 21k-row sample, repeated runs ended with mean predictions from 23.6% to 34.8%
+it: on the 21k training rows of the first committed sample, repeated runs ended with mean predictions from 23.6% to 34.8%
 for a 25.2% training click rate. So after training, trainer 0 scores (a bounded sample of) the
 training split with the exported model and shifts the output bias by the one scalar that restores
 the condition. Ranking (AUC) is unchanged; log loss can only improve on the training data.
