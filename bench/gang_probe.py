@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -31,19 +32,61 @@ print(json.dumps({"seconds": time.monotonic() - start, "rows_train": stats["rows
 """
 
 
+def _tree(pid: int):
+    """``pid`` and its descendants (from /proc), parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                todo.extend(int(c) for c in fh.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _memory_kb(pid: int) -> int:
+    """Proportional set size of one process (shared pages split among their users), else RSS."""
+    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+        try:
+            with open(path) as fh:
+                for line in fh:
+                    if line.startswith(key):
+                        return int(line.split()[1])
+        except OSError:
+            continue
+    return 0
+
+
+def sample_tree_memory(pid: int, stop: threading.Event, peak: list) -> None:
+    """Every 50 ms: the memory of the whole process tree under ``pid`` (PSS summed: forked workers
+    share pages with their parent, which a sum of RSS would count once per process)."""
+    while not stop.wait(0.05):
+        peak[0] = max(peak[0], sum(_memory_kb(p) for p in _tree(pid)))
+
+
 def run_child(argv: List[str]) -> Dict[str, Any]:
-    """Run ``argv`` to completion; its stdout, wall seconds and its own peak RSS (MB)."""
+    """Run ``argv`` to completion; its stdout, wall seconds and peak memory (MB): the sampled peak of
+    its process tree's summed PSS. Not ``ru_maxrss``: a child started from this process (fork or
+    vfork, then exec) inherits this process's own peak there, so once an earlier point's evaluation
+    had grown this process, every later child reported that figure."""
     with tempfile.TemporaryFile() as err:
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+        stop, peak = threading.Event(), [0]
+        sampler = threading.Thread(target=sample_tree_memory, args=(proc.pid, stop, peak), daemon=True)
+        sampler.start()
         out = proc.stdout.read()
         proc.stdout.close()
         _, status, usage = os.wait4(proc.pid, 0)
+        stop.set()
+        sampler.join()
         seconds = time.monotonic() - start
         if os.waitstatus_to_exitcode(status) != 0:
             err.seek(0)
             raise SystemExit(f"{argv[:3]} failed:\n{err.read().decode()[-3000:]}")
-    return {"stdout": out.decode(), "seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024.0,
+    return {"stdout": out.decode(), "seconds": seconds, "peak_rss_mb": peak[0] / 1024.0,
             "cpu_s": usage.ru_utime + usage.ru_stime}
 
 

@@ -42,7 +42,8 @@ import sys
 import threading
 import time
 
-from prep_peers import compare_outputs  # sibling module: the script's own directory is on sys.path
+from gang_probe import sample_tree_memory  # sibling modules: the script's own directory is on sys.path
+from prep_peers import compare_outputs
 
 ROWS_PER_GB = 4_150_000  # ~241 bytes per generated line
 
@@ -122,40 +123,6 @@ def _run_rss(code: str, *args: str):
     return _run_argv_rss([sys.executable, "-c", code, *args])
 
 
-def _tree(pid: int):
-    """``pid`` and its descendants (from /proc), parents first."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                todo.extend(int(c) for c in fh.read().split())
-        except OSError:
-            pass
-    return out
-
-
-def _memory_kb(pid: int) -> int:
-    """Proportional set size of one process (shared pages split among their users), else RSS."""
-    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
-        try:
-            with open(path) as fh:
-                for line in fh:
-                    if line.startswith(key):
-                        return int(line.split()[1])
-        except OSError:
-            continue
-    return 0
-
-
-def _sample_tree_memory(pid: int, stop: threading.Event, peak: list) -> None:
-    """Every 50 ms: the memory of the whole process tree under ``pid`` (PSS summed: forked workers
-    share pages with their parent, which a sum of RSS would count once per process)."""
-    while not stop.wait(0.05):
-        peak[0] = max(peak[0], sum(_memory_kb(p) for p in _tree(pid)))
-
-
 def _run_argv_rss(argv):
     """Run ``argv``; return (seconds, stdout, peak memory in MB) and set ``_run_rss.last_cpu``.
 
@@ -168,7 +135,7 @@ def _run_argv_rss(argv):
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
         stop, peak = threading.Event(), [0]
-        sampler = threading.Thread(target=_sample_tree_memory, args=(proc.pid, stop, peak),
+        sampler = threading.Thread(target=sample_tree_memory, args=(proc.pid, stop, peak),
                                    daemon=True)
         sampler.start()
         out = proc.stdout.read()

@@ -11,7 +11,6 @@ import os
 if os.environ.get("BENCH_PROBE_DIR"):
     import atexit
     import json
-    import resource
     import time
 
     def _spawn_time() -> float:
@@ -21,6 +20,15 @@ if os.environ.get("BENCH_PROBE_DIR"):
         with open("/proc/stat") as fh:
             boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
         return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+    def _peak_rss_kb() -> float:
+        """This process's own peak RSS (``VmHWM``: the high-water mark of its address space since
+        exec). Not ``ru_maxrss``, which also holds the parent's peak from before the exec."""
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])
+        return 0.0
 
     _probe = {"pid": os.getpid(), "spawn_time": _spawn_time(), "site_time": time.time()}
     _profiler = None
@@ -40,7 +48,7 @@ if os.environ.get("BENCH_PROBE_DIR"):
             role=os.environ.get("TRAINING_ROLE", ""),
             trainer_id=os.environ.get("PADDLE_TRAINER_ID"),
             port=os.environ.get("PADDLE_PORT"),
-            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+            peak_rss_mb=_peak_rss_kb() / 1024.0)
         with open(os.path.join(out_dir, f"{os.getpid()}.json"), "w") as fh:
             json.dump(_probe, fh)
 
