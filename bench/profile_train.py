@@ -104,6 +104,7 @@ def retime_pieces(data: str, model_dir: str, embedding_dim: int, workdir: str) -
     """The separable pieces, alone in this process (no profiler, no gang running)."""
     from ctr_model.data import convert_shards, resolve_split
     from ctr_model.infer import evaluate_files, load_model, read_sparse_table
+    from ctr_model.warm_start import WARM_START_DIR
 
     split = resolve_split(data, "train")
     t = time.monotonic()
@@ -111,7 +112,8 @@ def retime_pieces(data: str, model_dir: str, embedding_dim: int, workdir: str) -
     convert_s = time.monotonic() - t
     rows = sum(r for _, r in converted)
     t = time.monotonic()
-    keys, _ = read_sparse_table(model_dir, embedding_dim)
+    table_dir = os.path.join(model_dir, WARM_START_DIR)     # the final checkpoint the export read
+    keys, _ = read_sparse_table(table_dir, embedding_dim)
     parse_s = time.monotonic() - t
     test = resolve_split(data, "test")
     t = time.monotonic()
@@ -120,7 +122,7 @@ def retime_pieces(data: str, model_dir: str, embedding_dim: int, workdir: str) -
     t = time.monotonic()
     result = evaluate_files(scorer, list(test.files))
     eval_s = time.monotonic() - t
-    text_mb = sum(os.path.getsize(p) for p in glob.glob(os.path.join(model_dir, "000", "part-*")))
+    text_mb = sum(os.path.getsize(p) for p in glob.glob(os.path.join(table_dir, "000", "part-*")))
     return {"convert_rows_per_s": rows / convert_s, "convert_s": convert_s,
             "slot_text_mb": dir_mb(os.path.join(workdir, "slots")),
             "sparse_parse_s": parse_s, "sparse_keys": int(len(keys)),
