@@ -216,7 +216,8 @@ def main(argv=None) -> int:
                    "superlinear": flags}, fh, indent=1)
     plot(points, os.path.join(out, "scale.png"),
          f"{what}, {stamp}: {args.epochs} epoch(s), 2 pservers x 2 trainers, "
-         f"gen-data --vocab-scale {args.vocab_scale}, shared 2-core machine")
+         f"gen-data --vocab-scale {args.vocab_scale}, {os.cpu_count()} cores, 1-min load "
+         f"{min(p['loadavg_1m'] for p in points):.0f}-{max(p['loadavg_1m'] for p in points):.0f}")
     print(table(points, flags, header))
     print(f"wrote {os.path.join(out, 'scale.md')}, scale.json and scale.png")
     names = sorted({f.split(":")[0].replace(" ", "_") for f in flags})

@@ -515,8 +515,7 @@ def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, e
             _log(spec, f"epoch {epoch} done: {int(n)} examples in {seconds:.1f}s "
                        f"({record['examples_per_sec']:.0f} ex/s), loss {record['loss'] or float('nan'):.4f}, "
                        f"auc {record['auc']:.4f}")
-            # every trainer decides alike (the save is collective): by the epoch, and by trainer 0's
-            # clock, which the others read from its progress file
+            # the save is collective: every trainer follows trainer 0's decision (_checkpoint_due)
             if _checkpoint_due(spec, config, ws, epoch, last_checkpoint):
                 _save_checkpoint(spec, config, ws, fleet, exe, epoch)
                 last_checkpoint = time.time()
