@@ -187,8 +187,10 @@ def main(argv=None) -> int:
                     help="gen-data --vocab-scale of the lines (default 100: a sparse table that "
                          "grows with the rows; 1: the standard vocabularies, ~32k keys at most)")
     args = ap.parse_args(argv)
-    if not 1 <= args.vocab_scale <= 1000:
-        ap.error(f"--vocab-scale={args.vocab_scale}: use an integer in 1..1000, e.g. 100")
+    from ctr_volcano.datagen import MAX_VOCAB_SCALE
+
+    if not 1 <= args.vocab_scale <= MAX_VOCAB_SCALE:
+        ap.error(f"--vocab-scale={args.vocab_scale}: use an integer in 1..{MAX_VOCAB_SCALE}, e.g. 100")
     out = args.out or (args.workdir if args.quick else os.path.join(REPO, "docs"))
     os.makedirs(args.workdir, exist_ok=True)
     os.makedirs(out, exist_ok=True)

@@ -123,7 +123,7 @@ class Scorer:
         if missing:
             raise ModelError(f"input lacks feature columns {missing[:5]}: score the output of "
                              f"`ctr-volcano prep` (columns {DENSE_COLUMNS[0]}.. and {SPARSE_COLUMNS[0]}..)")
-        dense = np.stack([np.asarray(cols[c], dtype=np.float64) for c in DENSE_COLUMNS], axis=1)
+        dense = np.stack([np.asarray(cols[c], dtype=np.float32) for c in DENSE_COLUMNS], axis=1)
         ids = np.stack([np.asarray(cols[c]).astype(np.uint64) for c in SPARSE_COLUMNS], axis=1)
         return dense, ids
 
@@ -146,7 +146,7 @@ class Scorer:
         else:
             pos = np.zeros(flat.size, dtype=np.int64)
         emb = table_rows[pos]
-        x = np.concatenate([emb.reshape(n, slots * dim), dense.astype(np.float32)], axis=1)
+        x = np.concatenate([emb.reshape(n, slots * dim), dense], axis=1)
         for w, b in self.layers[:-1]:
             x = np.maximum(x @ w + b, 0.0)
         w, b = self.layers[-1]
