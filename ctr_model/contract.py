@@ -28,7 +28,7 @@ __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
     "ENV_ROLE", "ENV_PS_PORT", "ENV_PS_PORT_STRIDE", "ENV_GLOO_PORT", "ENV_DATA_DIR",
     "ENV_OUTPUT_DIR", "ENV_TRAIN_CONFIG", "ENV_JOB_ID", "ENV_VOLCANO_DIR", "ENV_PSERVERS",
-    "ENV_TRAINERS", "ENV_INIT_MODEL", "EXIT_BAD_INPUT",
+    "ENV_TRAINERS", "ENV_INIT_MODEL", "ENV_DNS_WAIT", "ENV_PUBLISH_TIMEOUT", "EXIT_BAD_INPUT",
     "GangContract", "role_env", "volcano_plugin_env", "host_file_contents",
     "ContractError", "RoleSpec", "parse_role_env", "paddle_env",
 ]
@@ -56,6 +56,8 @@ ENV_TRAIN_CONFIG = "CTR_TRAIN_CONFIG"      # TrainConfig as a JSON object (the -
 ENV_JOB_ID = "CTR_JOB_ID"                  # gang identity (Volcano Job name / local gang id)
 ENV_VOLCANO_DIR = "CTR_VOLCANO_DIR"        # host-file dir; default /etc/volcano (local backend overrides)
 ENV_INIT_MODEL = "CTR_INIT_MODEL"          # optional: exported model to warm-start from (shared storage)
+ENV_DNS_WAIT = "CTR_DNS_WAIT_S"            # optional: seconds to wait for host names (default 120)
+ENV_PUBLISH_TIMEOUT = "CTR_PUBLISH_TIMEOUT_S"  # optional: trainer 0's wait for the pservers' uploads (600)
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,11 @@ class RoleSpec:
         output_dir: shared output directory.
         train_config_json: the raw training config JSON (validated by ``TrainConfig``).
         init_model: exported model to warm-start from; ``""`` trains from scratch.
+        dns_wait_s: how long a role waits for its own and pserver 0's host names to resolve
+            (``CTR_DNS_WAIT_S``; the svc plugin's headless Service publishes them a little after the
+            pod starts, and Paddle, given a name that does not resolve yet, exits 0 as if done).
+        publish_timeout_s: how long trainer 0 waits for the pservers to upload what they saved, in
+            the object-store hand-off (``CTR_PUBLISH_TIMEOUT_S``).
     """
 
     role: str
@@ -198,6 +205,8 @@ class RoleSpec:
     output_dir: str
     train_config_json: str = "{}"
     init_model: str = ""
+    dns_wait_s: float = 120.0
+    publish_timeout_s: float = 600.0
 
     @property
     def pservers(self) -> int:
@@ -249,6 +258,44 @@ def _int_var(env: Mapping[str, str], name: str, missing: List[str], bad: List[st
     return value
 
 
+def _seconds_var(env: Mapping[str, str], name: str, default: float, bad: List[str]) -> float:
+    """An optional positive number of seconds; ``default`` when unset."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        bad.append(f"{name}={text!r} must be a positive number of seconds")
+        return default
+    return value
+
+
+def _cross_check(env: Mapping[str, str], role: str, index: int, pserver_hosts: Tuple[str, ...],
+                 trainer_hosts: Tuple[str, ...], ps_port: int, stride: int, bad: List[str]) -> None:
+    """What the launcher said against what Volcano says: replica counts, the index, shared hosts."""
+    for count_var, hosts, task in ((ENV_PSERVERS, pserver_hosts, PSERVER),
+                                   (ENV_TRAINERS, trainer_hosts, TRAINER)):
+        expected = env.get(count_var, "").strip()
+        if expected and hosts and expected != str(len(hosts)):
+            bad.append(f"{count_var}={expected} but Volcano lists {len(hosts)} {task} host(s): "
+                       f"the Job's {task} replicas and the launcher disagree")
+    for task, hosts in ((PSERVER, pserver_hosts), (TRAINER, trainer_hosts)):
+        num_var = f"VC_{task.upper()}_NUM"   # the svc plugin's replica count of the task
+        num = env.get(num_var, "").strip()
+        if num and hosts and num != str(len(hosts)):
+            bad.append(f"{num_var}={num} but Volcano lists {len(hosts)} {task} host(s)")
+    if role in ROLES and index >= 0:
+        hosts = pserver_hosts if role == PSERVER else trainer_hosts
+        if hosts and index >= len(hosts):
+            bad.append(f"VC_TASK_INDEX={index} but task {role!r} has only {len(hosts)} host(s)")
+    if ps_port > 0 and stride == 0 and len(set(pserver_hosts)) != len(pserver_hosts):
+        bad.append(f"pserver hosts repeat ({','.join(pserver_hosts)}) with {ENV_PS_PORT_STRIDE}=0: "
+                   f"set {ENV_PS_PORT_STRIDE}=1 when pservers share a host")
+
+
 def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
     """Parse and cross-check this pod's contract; refuse to run half-configured.
 
@@ -286,24 +333,9 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
         missing.append(f"{ENV_OUTPUT_DIR} (shared by every role)")
     if role == TRAINER and not data_dir:
         missing.append(f"{ENV_DATA_DIR} (the prep output)")
-    for count_var, hosts, task in ((ENV_PSERVERS, pserver_hosts, PSERVER),
-                                   (ENV_TRAINERS, trainer_hosts, TRAINER)):
-        expected = env.get(count_var, "").strip()
-        if expected and hosts and expected != str(len(hosts)):
-            bad.append(f"{count_var}={expected} but Volcano lists {len(hosts)} {task} host(s): "
-                       f"the Job's {task} replicas and the launcher disagree")
-    for task, hosts in ((PSERVER, pserver_hosts), (TRAINER, trainer_hosts)):
-        num_var = f"VC_{task.upper()}_NUM"   # the svc plugin's replica count of the task
-        num = env.get(num_var, "").strip()
-        if num and hosts and num != str(len(hosts)):
-            bad.append(f"{num_var}={num} but Volcano lists {len(hosts)} {task} host(s)")
-    if role in ROLES and index >= 0:
-        hosts = pserver_hosts if role == PSERVER else trainer_hosts
-        if hosts and index >= len(hosts):
-            bad.append(f"VC_TASK_INDEX={index} but task {role!r} has only {len(hosts)} host(s)")
-    if ps_port > 0 and stride == 0 and len(set(pserver_hosts)) != len(pserver_hosts):
-        bad.append(f"pserver hosts repeat ({','.join(pserver_hosts)}) with {ENV_PS_PORT_STRIDE}=0: "
-                   f"set {ENV_PS_PORT_STRIDE}=1 when pservers share a host")
+    _cross_check(env, role, index, pserver_hosts, trainer_hosts, ps_port, stride, bad)
+    dns_wait_s = _seconds_var(env, ENV_DNS_WAIT, 120.0, bad)
+    publish_timeout_s = _seconds_var(env, ENV_PUBLISH_TIMEOUT, 600.0, bad)
     if missing or bad:
         parts = []
         if missing:
@@ -317,7 +349,8 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
                     trainer_hosts=trainer_hosts, ps_port=ps_port, ps_port_stride=stride,
                     gloo_port=gloo_port, data_dir=data_dir, output_dir=output_dir,
                     train_config_json=env.get(ENV_TRAIN_CONFIG, "") or "{}",
-                    init_model=env.get(ENV_INIT_MODEL, "").strip())
+                    init_model=env.get(ENV_INIT_MODEL, "").strip(), dns_wait_s=dns_wait_s,
+                    publish_timeout_s=publish_timeout_s)
 
 
 def paddle_env(spec: RoleSpec) -> Dict[str, str]:

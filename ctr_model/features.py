@@ -49,11 +49,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ctr_model.atomic import write_json
+from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 
 __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
     "RAW_COLUMNS", "DEFAULT_HASH_BUCKETS", "SCHEMA_FILE", "MIN_HASH_BUCKETS", "HASH_VERSION",
-    "SchemaMismatch", "BadRow",
+    "SchemaMismatch", "BadRow", "mix64_int",
     "dense_transform", "dense_value", "parse_int_field", "column_salt", "hash_value", "hash_categorical",
     "transform_line", "arrow_schema", "validate_hash_buckets",
     "read_split_schema", "check_split_schema", "write_split_schema", "shard_files", "is_shard_name",
@@ -69,7 +70,6 @@ DENSE_COLUMNS = tuple(f"I{i}" for i in range(1, NUM_DENSE + 1))   # float32, tra
 SPARSE_COLUMNS = tuple(f"C{i}" for i in range(1, NUM_SPARSE + 1))  # int64 hashed ids in [0, buckets)
 RAW_COLUMNS = (LABEL,) + DENSE_COLUMNS + SPARSE_COLUMNS          # the 40 TSV fields, in order
 
-DEFAULT_HASH_BUCKETS = 1_000_001
 #: Ids ``0..NUM_SPARSE-1`` are the per-column "empty" ids, so at least one more bucket is needed.
 MIN_HASH_BUCKETS = NUM_SPARSE + 1
 #: Version of the categorical hash documented in the module docstring (part of SCHEMA_VERSION 1).
@@ -161,7 +161,9 @@ def dense_value(text: Union[str, bytes, None]) -> float:
 # categorical hash: reference (per value, pure Python)
 
 
-def _mix64_int(z: int) -> int:
+def mix64_int(z: int) -> int:
+    """SplitMix64's finaliser on one integer: the stable mixer behind every hash and salt here (and
+    prep's split offsets), the same in every process, unlike Python's salted ``hash()``."""
     z &= _M64
     z = ((z ^ (z >> 30)) * _MIX1) & _M64
     z = ((z ^ (z >> 27)) * _MIX2) & _M64
@@ -190,7 +192,7 @@ def validate_hash_buckets(hash_buckets: int) -> int:
 
 def column_salt(column: Union[int, str]) -> int:
     """The 64-bit salt of a categorical column (``"C7"`` or ``7``)."""
-    return _mix64_int(_SALT_BASE + _column_number(column))
+    return mix64_int(_SALT_BASE + _column_number(column))
 
 
 def _key_int(raw: bytes) -> int:
@@ -216,7 +218,7 @@ def hash_value(value: Union[str, bytes, None], column: Union[int, str],
     raw = value.encode("utf-8") if isinstance(value, str) else (value or b"")
     if not raw:
         return j - 1
-    return NUM_SPARSE + _mix64_int(_key_int(raw) ^ column_salt(j)) % (buckets - NUM_SPARSE)
+    return NUM_SPARSE + mix64_int(_key_int(raw) ^ column_salt(j)) % (buckets - NUM_SPARSE)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The CLI, the KFP components and the training pods all call :func:`setup_logging`, so a step log that
 interleaves them (a kfp executor and the gang it supervises, or a launcher streaming pod logs) reads as
-one stream: ``2026-11-30T21:00:00 INFO    ctr_volcano.prep: ...``. It lives in ``ctr_model`` because
+one stream: ``2026-11-30T21:00:00 INFO    ctr_volcano.data.prep: ...``. It lives in ``ctr_model`` because
 the trainer image holds only this package.
 """
 from __future__ import annotations

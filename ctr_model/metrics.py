@@ -1,7 +1,7 @@
 """The one numpy implementation of AUC and log loss, shared by training, evaluation and the generator.
 
 It lives in ``ctr_model`` because the trainer image (which has no ``ctr_volcano``) scores its test
-split with it; ``ctr_volcano.evaluate`` adds input validation and error messages on top.
+split with it; ``ctr_volcano.evaluation.evaluate`` adds input validation and error messages on top.
 """
 from __future__ import annotations
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 from urllib.parse import urlparse
 
 __all__ = ["StoreError", "StoreConfig", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
            "ENV_ENDPOINT", "ENV_REGION", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
-           "UPLOAD_THREADS"]
+           "UPLOAD_THREADS", "filesystem_for"]
 
 ENV_ENDPOINT = "CTR_S3_ENDPOINT"
 ENV_REGION = "CTR_S3_REGION"
@@ -330,3 +330,29 @@ class Store:
             return
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
+
+
+def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tuple[Any, str]:
+    """The pyarrow filesystem holding ``location``, and its path there.
+
+    A local path is itself; an ``s3://`` (or KFP's ``minio://``) URI is on the store the ``CTR_S3_*``
+    variables and the AWS keys of ``env`` (default: this process's) name, the same store every
+    :class:`Store` reaches (pyarrow's own ``FileSystem.from_uri`` would ignore ``CTR_S3_ENDPOINT``
+    and go to AWS); any other scheme pyarrow knows (``gs://``, ``hdfs://``) is pyarrow's.
+
+    Raises:
+        StoreError: bad store settings, or a scheme pyarrow cannot open (names the URI).
+    """
+    from pyarrow import fs as pafs
+
+    if "://" not in location:
+        return pafs.LocalFileSystem(), os.path.abspath(location)
+    scheme, rest = location.split("://", 1)
+    if scheme in ("s3", "minio"):
+        return Store(StoreConfig.from_env(env)).fs, Store._path("s3://" + rest)
+    try:
+        return pafs.FileSystem.from_uri(location)
+    except Exception as exc:  # pyarrow raises ArrowInvalid/ValueError/OSError for unknown schemes
+        raise StoreError(f"{location}: cannot open it ({exc}); use a local path or an s3://, gs:// or "
+                         f"hdfs:// URI") from None
+

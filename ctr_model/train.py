@@ -148,14 +148,13 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
-#: How long a pserver waits for its own host name to resolve. On Volcano the svc plugin's headless
-#: Service publishes the name a little after the pod starts; Paddle's server, given a name that does
-#: not resolve yet, logs an error and returns as if it had finished (exit 0).
-DNS_WAIT_S = float(os.environ.get("CTR_DNS_WAIT_S", "120"))
+def resolve_own_host(host: str, timeout_s: float, interval_s: float = 1.0) -> Optional[str]:
+    """The IP address of ``host``, retrying until ``timeout_s``; ``None`` if it never resolves.
 
-
-def resolve_own_host(host: str, timeout_s: float = DNS_WAIT_S, interval_s: float = 1.0) -> Optional[str]:
-    """The IP address of ``host``, retrying until ``timeout_s``; ``None`` if it never resolves."""
+    On Volcano the svc plugin's headless Service publishes a pod's name a little after the pod starts;
+    Paddle's server, given a name that does not resolve yet, logs an error and returns as if it had
+    finished (exit 0), so every role waits a bounded time first (``RoleSpec.dns_wait_s``).
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -168,10 +167,10 @@ def resolve_own_host(host: str, timeout_s: float = DNS_WAIT_S, interval_s: float
 
 def run_pserver(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace) -> int:
     host, port = spec.ps_endpoints()[spec.index].rsplit(":", 1)
-    address = resolve_own_host(host)
+    address = resolve_own_host(host, spec.dns_wait_s)
     if address is None:
         log.error(f"{spec.name}: error: host name {host!r} (from VC_PSERVER_HOSTS) did not resolve within "
-                  f"{DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
+                  f"{spec.dns_wait_s:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the Job's svc plugin "
                   f"publishes not-ready addresses")
         return EXIT_BAD_INPUT
     free = _port_is_free(address, int(port))
@@ -353,9 +352,9 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
     # Paddle's Gloo rendezvous dials pserver 0 by name once and dies on a name that does not resolve
     # yet (the headless Service publishes it a little after the pod starts): wait a bounded time.
     for host in dict.fromkeys(spec.pserver_hosts):
-        if resolve_own_host(host, DNS_WAIT_S) is None:
+        if resolve_own_host(host, spec.dns_wait_s) is None:
             log.error(f"{spec.name}: error: pserver host name {host!r} (from VC_PSERVER_HOSTS) did not "
-                      f"resolve within {DNS_WAIT_S:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the "
+                      f"resolve within {spec.dns_wait_s:.0f}s (CTR_DNS_WAIT_S): check cluster DNS and that the "
                       f"Job's svc plugin publishes not-ready addresses")
             return EXIT_BAD_INPUT
     split, n_files, mine, fetch = _train_split(spec, ws)
@@ -604,7 +603,7 @@ def _save_checkpoint(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fle
     t = time.time()
     fleet.save_persistables(exe, path)            # collective: barrier, pservers write, barrier
     if spec.index == 0:
-        ws.request_publish(rel, [f"{PSERVER}-{i}" for i in range(spec.pservers)])
+        ws.request_publish(rel, [f"{PSERVER}-{i}" for i in range(spec.pservers)], spec.publish_timeout_s)
         ckpt.mark_complete(path, {"epoch": epoch, "pservers": spec.pservers,
                                   "trainers": spec.trainers, "config": config.to_dict(),
                                   "job_id": spec.job_id, "time": time.time()})

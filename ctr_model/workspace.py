@@ -18,6 +18,7 @@ Input data is staged the same way: :func:`stage_split` downloads one trainer's o
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -28,9 +29,11 @@ from typing import Callable, List, Mapping, Optional, Sequence
 from ctr_model import atomic
 from ctr_model import store as s3
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["Workspace", "SharedDirWorkspace", "StoreWorkspace", "PublishResponder",
            "open_workspace", "remote_split", "stage_split", "GANG_DIR", "PUBLISH_DIR", "STOP_FILE",
-           "LOCAL_ROOT", "PUBLISH_TIMEOUT_S", "write_stop", "stopped_by_trainer0", "stop_written_since"]
+           "LOCAL_ROOT", "write_stop", "stopped_by_trainer0", "stop_written_since"]
 
 #: Per-run coordination files inside the output (nonces, progress, the stop file, publish requests).
 GANG_DIR = "_gang"
@@ -40,8 +43,6 @@ PUBLISH_DIR = f"{GANG_DIR}/publish"
 STOP_FILE = f"{GANG_DIR}/stop"
 #: The output's local mirror, relative to the role's scratch (= working) directory.
 LOCAL_ROOT = "out"
-#: How long trainer 0 waits for the pservers to upload what they saved.
-PUBLISH_TIMEOUT_S = float(os.environ.get("CTR_PUBLISH_TIMEOUT_S", "600"))
 
 
 class Workspace:
@@ -74,8 +75,9 @@ class Workspace:
     def remove(self, rel: str) -> None:
         raise NotImplementedError
 
-    def request_publish(self, rel: str, roles: Sequence[str]) -> None:
-        """Ask ``roles`` to publish their local ``rel`` and wait until they have."""
+    def request_publish(self, rel: str, roles: Sequence[str], timeout_s: float = 600.0) -> None:
+        """Ask ``roles`` to publish their local ``rel`` and wait until they have (at most
+        ``timeout_s``; a shared directory needs no publishing)."""
 
 
 class SharedDirWorkspace(Workspace):
@@ -153,8 +155,7 @@ class StoreWorkspace(Workspace):
     def list(self, rel: str) -> List[str]:
         return [name for name, _ in self.store.list(self.uri(rel))]
 
-    def request_publish(self, rel: str, roles: Sequence[str],
-                        timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+    def request_publish(self, rel: str, roles: Sequence[str], timeout_s: float = 600.0) -> None:
         token = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
         self.store.write_bytes(self.uri(f"{PUBLISH_DIR}/{token}.json"),
                                json.dumps({"path": rel}).encode())
@@ -217,7 +218,7 @@ def _respond(ws: StoreWorkspace, role: str, parent: int, interval_s: float, seen
         try:
             names = [n for n in ws.list(PUBLISH_DIR) if n.endswith(".json")]
         except Exception as exc:   # a transient store error: try again on the next tick
-            print(f"{role}: listing publish requests failed: {exc}", flush=True)
+            logger.warning("%s: listing publish requests failed: %s", role, exc)
             continue
         for name in sorted(set(names) - seen):
             seen.add(name)
@@ -227,8 +228,7 @@ def _respond(ws: StoreWorkspace, role: str, parent: int, interval_s: float, seen
                 t = time.time()
                 ws.publish(rel)
                 ws.store.write_bytes(ws.uri(f"{PUBLISH_DIR}/{token}.{role}.done"), b"ok")
-                print(f"[{time.strftime('%H:%M:%S')}] {role}: uploaded {rel} to {ws.uri(rel)} in "
-                      f"{time.time() - t:.1f}s", flush=True)
+                logger.info("%s: uploaded %s to %s in %.1fs", role, rel, ws.uri(rel), time.time() - t)
             except Exception as exc:
                 ws.store.write_bytes(ws.uri(f"{PUBLISH_DIR}/{token}.{role}.failed"), str(exc).encode())
     return 0
@@ -353,6 +353,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--seen", default="")
     args = parser.parse_args(argv)
+    from ctr_model.logs import setup_logging
+
+    setup_logging()
     ws = StoreWorkspace(args.uri, s3.Store(s3.StoreConfig.from_env()), root=args.root)
     return _respond(ws, args.role, args.parent, args.interval, set(filter(None, args.seen.split(","))))
 
