@@ -51,5 +51,5 @@ setup(
     ],
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": TEST_REQUIRES + BENCH_REQUIRES, "bench": BENCH_REQUIRES},
-    entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.cli:main"]},
+    entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.app.cli.main:main"]},
 )

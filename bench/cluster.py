@@ -33,7 +33,7 @@ import minicluster as mc  # noqa: E402
 
 
 def _spec(name: str, namespace: str, pservers: int, trainers: int, pool: Dict[str, str]):
-    from ctr_volcano.volcano.spec import Resources, TrainJobSpec
+    from ctr_volcano.training.volcano.spec import Resources, TrainJobSpec
 
     res = Resources(cpu="1", memory="1Gi")
     return TrainJobSpec(name=name, namespace=namespace, image="example.invalid/ctr-trainer:kwok",
@@ -95,8 +95,8 @@ def main(argv=None) -> int:
 
     from kubernetes import client as k8s
 
-    from ctr_volcano.volcano.client import KubeClient
-    from ctr_volcano.volcano.manifest import build_job
+    from ctr_volcano.training.volcano.client import KubeClient
+    from ctr_volcano.training.volcano.manifest import build_job
 
     bin_dir = mc.build_binaries()
     cluster = mc.MiniCluster(bin_dir)

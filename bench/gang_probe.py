@@ -1,6 +1,6 @@
 """Shared steps of the end-to-end benchmarks: make prepped data, run a probed local gang.
 
-The gang is the product's own (:func:`ctr_volcano.backends.local.train_local`, the production entrypoint
+The gang is the product's own (:func:`ctr_volcano.training.local.backend.train_local`, the production entrypoint
 in every role); the only addition is ``bench/probe/sitecustomize.py`` on the roles' ``PYTHONPATH``,
 which records each process's spawn/exit time and peak RSS (and, if asked, a cProfile of its main
 thread). Nothing in ``ctr_model`` or ``ctr_volcano`` is changed or patched.
@@ -24,7 +24,7 @@ PROBE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe")
 
 _PREP_CODE = r"""
 import json, sys, time
-from ctr_volcano.prep import PrepConfig, prep
+from ctr_volcano.data.prep import PrepConfig, prep
 start = time.monotonic()
 stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(hash_buckets=int(sys.argv[3])))
 print(json.dumps({"seconds": time.monotonic() - start, "rows_train": stats["rows_train"],
@@ -101,7 +101,7 @@ def make_raw(workdir: str, rows: int, seed: int = 1, vocab_scale: int = 1) -> st
     path = os.path.join(raw_dir, "part-00000.tsv")
     if not os.path.exists(os.path.join(raw_dir, "oracle.json")):
         shutil.rmtree(raw_dir, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "gen-data", "--rows", str(rows),
+        subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "gen-data", "--rows", str(rows),
                         "--out", raw_dir, "--seed", str(seed), "--oracle-rows", "20000",
                         "--vocab-scale", str(vocab_scale)],
                        check=True, stdout=subprocess.DEVNULL)
@@ -135,7 +135,7 @@ def run_probed_gang(data: str, workdir: str, config: Dict[str, Any], pservers: i
         ``{"wall_s", "t_call", "t_return", "metrics", "probes": [...], "probe_dir", "output_dir",
         "model_dir"}``; the probes are sorted trainers first, by index.
     """
-    from ctr_volcano.backends.local import train_local
+    from ctr_volcano.training.local.backend import train_local
 
     probe_out = os.path.join(workdir, "probes")
     for old in (probe_out, os.path.join(workdir, "run"), os.path.join(workdir, "model")):

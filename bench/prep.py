@@ -3,7 +3,7 @@
 Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least ``--gb`` GB with
 ``ctr-volcano gen-data``, then measures, in fresh subprocesses so each gets its own peak RSS:
 
-* (a) ours: :func:`ctr_volcano.prep.prep` on the whole file (default config: 8 + 2 shards) at each
+* (a) ours: :func:`ctr_volcano.data.prep.prep` on the whole file (default config: 8 + 2 shards) at each
   of ``--workers`` (default 1, 2 and the cores available, capped as prep caps its default); the
   ratios use the largest, which is what prep does by default;
 * (b) the I/O floor: pyarrow reading the same file with the same column types and writing it to
@@ -49,11 +49,12 @@ ROWS_PER_GB = 4_150_000  # ~241 bytes per generated line
 
 FLOOR_CODE = r"""
 import sys, time, pyarrow.csv as pacsv, pyarrow.parquet as pq
-from ctr_volcano import prep as P
+from ctr_model.features import RAW_COLUMNS
+from ctr_volcano.data.prep import parse
 start = time.monotonic()
-read_opts, parse_opts, convert_opts = P._csv_options()
+read_opts, parse_opts, convert_opts = parse._csv_options()
 reader = pacsv.open_csv(sys.argv[1], read_options=pacsv.ReadOptions(
-    column_names=list(P.RAW_COLUMNS), use_threads=True, block_size=16 << 20),
+    column_names=list(RAW_COLUMNS), use_threads=True, block_size=16 << 20),
     parse_options=parse_opts, convert_options=convert_opts)
 writer = pq.ParquetWriter(sys.argv[2], reader.schema, compression="snappy")
 rows = 0
@@ -67,12 +68,12 @@ print(rows, time.monotonic() - start)
 FLOOR_BLOCKS_CODE = r"""
 import sys, time, pyarrow as pa, pyarrow.csv as pacsv, pyarrow.parquet as pq
 from concurrent.futures import ThreadPoolExecutor
-from ctr_volcano import prep as P
+from ctr_volcano.data.prep import inputs, parse
 start = time.monotonic()
-read_opts, parse_opts, convert_opts = P._csv_options()
+read_opts, parse_opts, convert_opts = parse._csv_options()
 writer, pending, rows = None, None, 0
 with ThreadPoolExecutor(1) as pool:  # same block reading and write overlap as prep, no transform
-    for _, text, _ in P._blocks(sys.argv[1], 32 << 20):
+    for _, text, _ in inputs._blocks(sys.argv[1], 32 << 20):
         table = pacsv.read_csv(pa.py_buffer(text), read_options=read_opts,
                                parse_options=parse_opts, convert_options=convert_opts)
         if writer is None:
@@ -89,7 +90,7 @@ print(rows, time.monotonic() - start)
 
 OURS_CODE = r"""
 import sys, json, time
-from ctr_volcano.prep import PrepConfig, prep
+from ctr_volcano.data.prep import PrepConfig, prep
 start = time.monotonic()
 stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(workers=int(sys.argv[3])))
 seconds = time.monotonic() - start
@@ -162,7 +163,7 @@ def _ensure_input(workdir: str, gb: float) -> str:
     rows = int(ROWS_PER_GB * gb * 1.02) + 1000
     while True:
         print(f"generating {rows} rows into {raw_dir} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "gen-data", "--rows", str(rows),
+        subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "gen-data", "--rows", str(rows),
                         "--out", raw_dir, "--seed", "1", "--oracle-rows", "20000"], check=True)
         if os.path.getsize(path) >= want:
             return path
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
                     help="comma-separated worker counts to run ours at (default: 1, 2 and the "
                          "cores available); the ratios use the largest, prep's default")
     args = ap.parse_args(argv)
-    from ctr_volcano.prep import AUTO_WORKERS_MAX, available_cores
+    from ctr_volcano.data.prep import AUTO_WORKERS_MAX, available_cores
 
     auto = min(available_cores(), AUTO_WORKERS_MAX)
     try:

@@ -1,12 +1,12 @@
 """The preps a user could write instead of ours, in polars and in duckdb, and the agreement check.
 
-Each peer does what :func:`ctr_volcano.prep.prep` does to well-formed Criteo TSV, written the way
+Each peer does what :func:`ctr_volcano.data.prep.prep` does to well-formed Criteo TSV, written the way
 its engine is meant to be used, in one streaming pass over the input:
 
 * label -> int8; ``I1..I13`` -> ``float32(log1p(max(x, 0)))``, empty -> 0;
 * ``C1..C26`` -> the stable hash of :mod:`ctr_model.features` (version 1): ``j - 1`` for an empty
   value, else ``26 + mix64(key(v) ^ salt(j)) % (B - 26)``;
-* the split stratified by label, as in prep (:class:`ctr_volcano.prep.StratifiedSplit`): the
+* the split stratified by label, as in prep (:class:`ctr_volcano.data.prep.StratifiedSplit`): the
   ``k``-th line with label ``y`` (0-based, in input order) goes to test iff
   ``floor((k + 1) f + o_y) > floor(k f + o_y)``, ``o_y = (mix64(2 seed + y + 0x53504C4954) >> 11) /
   2**53``, in float64;
@@ -58,7 +58,7 @@ SPLITS = ("train", "test")
 
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
-_SPLIT_SALT_BASE = 0x53504C4954                 # ASCII "SPLIT", as in ctr_volcano.prep
+_SPLIT_SALT_BASE = 0x53504C4954                 # ASCII "SPLIT", as in ctr_volcano.data.prep
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
 

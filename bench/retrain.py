@@ -1,6 +1,6 @@
 """Benchmark: warm start from yesterday's model vs cold start on a new day of drifting data.
 
-Generates two consecutive days with ``ctr_volcano.daily_data`` (planted model drifting by
+Generates two consecutive days with ``ctr_volcano.data.daily`` (planted model drifting by
 ``--drift``), preps both with the pipeline's defaults, trains day 1 from scratch for ``--epochs`` E,
 then on day 2:
 
@@ -43,9 +43,9 @@ def main(argv=None) -> int:
 
     import datetime as dt
 
-    from ctr_volcano.backends.local import train_local
-    from ctr_volcano.daily_data import day_dir, generate_days
-    from ctr_volcano.prep import PrepConfig, prep
+    from ctr_volcano.data.daily import day_dir, generate_days
+    from ctr_volcano.data.prep import PrepConfig, prep
+    from ctr_volcano.training.local.backend import train_local
 
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)

@@ -3,7 +3,7 @@
 For each point (generated lines x hash buckets; default 250k / 1M / 4M lines at 1,000,001
 buckets, and 10,000,001 buckets at 1M lines) it measures, each step alone on the same data:
 
-* prep: ``ctr_volcano.prep.prep`` in a fresh interpreter, MB/s of input and its peak RSS;
+* prep: ``ctr_volcano.data.prep.prep`` in a fresh interpreter, MB/s of input and its peak RSS;
 * training: ``train_local`` with 2 pservers x 2 trainers (the production entrypoint), wall time of
   the whole call, end-to-end examples/s and training-phase examples/s (as ``bench/train.py``),
   and the peak RSS of the pservers and trainers (``bench/probe/sitecustomize.py``);
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
                     help="gen-data --vocab-scale of the lines (default 100: a sparse table that "
                          "grows with the rows; 1: the standard vocabularies, ~32k keys at most)")
     args = ap.parse_args(argv)
-    from ctr_volcano.datagen import MAX_VOCAB_SCALE
+    from ctr_volcano.data.synthetic import MAX_VOCAB_SCALE
 
     if not 1 <= args.vocab_scale <= MAX_VOCAB_SCALE:
         ap.error(f"--vocab-scale={args.vocab_scale}: use an integer in 1..{MAX_VOCAB_SCALE}, e.g. 100")

@@ -6,7 +6,7 @@ When two such jobs compete for a cluster that fits one, each can start partially
 while waiting for peers that cannot be placed. A Volcano Job is scheduled all-or-nothing, so the
 second one queues and both finish. This script shows it on the mini cluster's process-backed nodes,
 with real Paddle processes, using the product's own builders on both sides
-(:func:`ctr_volcano.volcano.native.build_native` and :func:`ctr_volcano.volcano.manifest.build_job`).
+(:func:`bench.native.build_native` and :func:`ctr_volcano.training.volcano.manifest.build_job`).
 
 For each mode, two jobs of P pservers + T trainers are submitted together onto process nodes with
 ``--slots`` pod slots in total (1 cpu per pod), on the same planted data. Every ``--sample`` seconds
@@ -134,13 +134,13 @@ def render_svg(panels: List[Tuple[str, Timeline, List[str]]], slots: int) -> str
 
 # ------------------------------------------------------------------------------------ cluster work
 def _cli(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "ctr_volcano.cli", *args], check=True, cwd=REPO,
+    subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", *args], check=True, cwd=REPO,
                    stdout=subprocess.DEVNULL)
 
 
 def _spec(name: str, namespace: str, claim: Path, prep: str, pool: Dict[str, str], args):
-    from ctr_volcano.volcano.handoff import prepare_run_dir
-    from ctr_volcano.volcano.spec import PvcVolume, Resources, TrainJobSpec
+    from ctr_volcano.training.volcano.handoff import prepare_run_dir
+    from ctr_volcano.training.volcano.spec import PvcVolume, Resources, TrainJobSpec
 
     res = Resources(cpu="1", memory="1Gi")
     dirs = prepare_run_dir(str(claim), name, prep)  # the product's hand-off, for both modes
@@ -164,7 +164,7 @@ def _held(core, namespace: str) -> Dict[str, int]:
 def _native_done(batch, namespace: str, job: str) -> bool:
     from kubernetes import client
 
-    from ctr_volcano.volcano.native import trainer_job_name
+    from bench.native import trainer_job_name
 
     try:
         status = batch.read_namespaced_job(trainer_job_name(job), namespace).status
@@ -184,9 +184,9 @@ def run_mode(cluster, mode: str, namespace: str, claim: Path, prep: str, pool: D
     deadline passes, clean up, and report."""
     from kubernetes import client, utils
 
-    from ctr_volcano.local_gang import processes_with_env
-    from ctr_volcano.volcano.manifest import build_job
-    from ctr_volcano.volcano.native import build_native, pserver_set_name
+    from bench.native import build_native, pserver_set_name
+    from ctr_volcano.training.local.gang import processes_with_env
+    from ctr_volcano.training.volcano.manifest import build_job
 
     api = cluster.api_client()
     core, batch, apps = client.CoreV1Api(api), client.BatchV1Api(api), client.AppsV1Api(api)
@@ -296,7 +296,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error("--slots must be a multiple of --nodes")
     from kubernetes import client
 
-    from ctr_volcano.volcano.handoff import build_pvc
+    from ctr_volcano.training.volcano.handoff import build_pvc
 
     work = Path(tempfile.mkdtemp(prefix="seed-comparison-"))
     work.chmod(0o755)  # the pods run as a non-root UID and must reach the claim below it

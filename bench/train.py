@@ -1,6 +1,6 @@
 """Training throughput: our 2x2 local gang vs a bare Paddle PS loop vs one process.
 
-(a) ours: ``ctr_volcano.backends.local.train_local`` (2 pservers x 2 trainers, the production entrypoint)
+(a) ours: ``ctr_volcano.training.local.backend.train_local`` (2 pservers x 2 trainers, the production entrypoint)
     on prepped Parquet. Throughput = all trainers' examples / the gang's training-phase wall time,
     from the first trainer starting to wait for its Parquet->slot conversion (which runs while
     Paddle starts up) or to load its data into memory, to the last trainer finishing its last
@@ -124,7 +124,7 @@ def _single_role() -> int:
 
 
 def run_ours(data: str, config: dict, workdir: str, output_dir=None, store_env=None) -> dict:
-    from ctr_volcano.backends.local import train_local
+    from ctr_volcano.training.local.backend import train_local
 
     t = time.time()
     result = train_local(data, os.path.join(workdir, "model"), config, pservers=2, trainers=2,
@@ -147,7 +147,7 @@ def run_ours(data: str, config: dict, workdir: str, output_dir=None, store_env=N
 def run_bare(slot_files, rows_per_file, config: dict, workdir: str) -> dict:
     from ctr_model.contract import RoleSpec, paddle_env
     from ctr_model.data import assign_shards
-    from ctr_volcano.local_gang import find_free_ports
+    from ctr_volcano.training.local.gang import find_free_ports
 
     ports = find_free_ports(3, consecutive=2)
     procs, outs = [], []

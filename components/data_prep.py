@@ -1,7 +1,7 @@
 """KFP component ``prepare_ctr_data``: raw Criteo TSV -> train/test Parquet splits + stats.
 
-A thin adapter over :func:`ctr_volcano.prep.prep_splits` (tested on its own with real data): it
-turns the KFP parameters into a validated :class:`~ctr_volcano.prep.PrepConfig`, points the two
+A thin adapter over :func:`ctr_volcano.data.prep.prep_splits` (tested on its own with real data): it
+turns the KFP parameters into a validated :class:`~ctr_volcano.data.prep.PrepConfig`, points the two
 output Datasets at the split directories, and copies the headline counts into the Metrics
 artifact. The full stats document is written to the Metrics file too, which also keeps
 ``kfp.local``'s cache working (it treats an artifact with no file as a cache miss).
@@ -24,7 +24,7 @@ def prepare_ctr_data(
     train_data: Output[Dataset],
     test_data: Output[Dataset],
     stats: Output[Metrics],
-    hash_buckets: int = 1000001,
+    hash_buckets: int = 1000001,   # a literal: KFP runs the function source alone (ctr_model.defaults)
     test_fraction: float = 0.1,
     shards: int = 8,
     max_bad_fraction: float = 0.001,
@@ -55,7 +55,7 @@ def prepare_ctr_data(
     import os
 
     from ctr_model.logs import setup_logging
-    from ctr_volcano.prep import PrepConfig, prep_splits
+    from ctr_volcano.data.prep import PrepConfig, prep_splits
 
     setup_logging()
 

@@ -1,6 +1,6 @@
 """KFP components for the last steps of the CTR pipeline: evaluate, gate on AUC, publish.
 
-Thin adapters over :func:`ctr_volcano.evaluate.evaluate`; everything they compute is tested there with
+Thin adapters over :func:`ctr_volcano.evaluation.evaluate.evaluate`; everything they compute is tested there with
 real data. Why three components and not one: ``dsl.If`` must condition on the *only* output of a task.
 Under ``kfp.local`` (kfp 2.17.3) a condition on a named output of a multi-output task is silently
 false, so the gate is its own single-output component (``check_auc_gate -> bool``) and the pipeline
@@ -48,13 +48,14 @@ def evaluate_ctr(
     import tempfile
 
     from ctr_model.logs import setup_logging
-    from ctr_volcano.evaluate import evaluate
+    from ctr_volcano.evaluation.evaluate import evaluate
 
     setup_logging()
 
     with tempfile.TemporaryDirectory(prefix="ctr-eval-") as tmp:
         result = evaluate(model.path, test_data.path, tmp, threshold=threshold, batch_size=batch_size)
         shutil.copyfile(result["report"], report.path)
+    result["report"] = report.path      # where the report lives now (the temp dir is gone)
     for key in ("auc", "logloss", "rows", "positive_rate", "mean_prediction", "accuracy"):
         metrics.log_metric(key, result[key])
     roc = result["roc"]

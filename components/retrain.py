@@ -1,8 +1,8 @@
 """KFP components of recurring retraining: data window, champion lookup, champion/challenger gate,
 registration.
 
-Thin adapters over :mod:`ctr_volcano.window`, :mod:`ctr_volcano.registry` and
-:mod:`ctr_volcano.champion_gate`, each tested on its own with real data. Choices forced by KFP:
+Thin adapters over :mod:`ctr_volcano.retraining.window`, :mod:`ctr_volcano.retraining.registry` and
+:mod:`ctr_volcano.retraining.gate`, each tested on its own with real data. Choices forced by KFP:
 
 * The gate returns its verdict as a parameter and the registration step takes it as an argument
   (``promote=gate.outputs["Output"]``) instead of sitting under ``dsl.If``: every version is
@@ -46,9 +46,10 @@ def resolve_data_window(
     """
     import logging
 
-    from ctr_volcano.window import copy_window, resolve_window
+    from ctr_model.logs import setup_logging
+    from ctr_volcano.retraining.window import copy_window, resolve_window
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging()
     window = resolve_window(data_uri, run_date=run_date, schedule_time=schedule_time,
                             create_time=create_time, window_days=window_days, lag_days=lag_days)
     files = copy_window(window, raw_data.path)
@@ -72,9 +73,10 @@ def find_champion(registry: str, model_name: str, champion: Output[Model]):
     import logging
     import os
 
-    from ctr_volcano.registry import ModelRegistry
+    from ctr_model.logs import setup_logging
+    from ctr_volcano.retraining.registry import ModelRegistry
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging()
     reg = ModelRegistry(registry, model_name)
     found = reg.champion()
     os.makedirs(champion.path, exist_ok=True)
@@ -118,9 +120,10 @@ def champion_challenger_gate(
     import os
     import tempfile
 
-    from ctr_volcano.champion_gate import compare, render_markdown
+    from ctr_model.logs import setup_logging
+    from ctr_volcano.retraining.gate import compare, render_markdown
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging()
     has_champion = bool(champion.metadata.get("found", True))
     with tempfile.TemporaryDirectory(prefix="ctr-gate-") as tmp:
         result = compare(challenger.path, champion.path if has_champion else None, test_data.path, tmp,
@@ -170,9 +173,10 @@ def register_model(
     import json
     import logging
 
-    from ctr_volcano.registry import ModelRegistry
+    from ctr_model.logs import setup_logging
+    from ctr_volcano.retraining.registry import ModelRegistry
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging()
     with open(gate_metrics.path) as fh:
         gate = json.load(fh)
     reg = ModelRegistry(registry, model_name)

@@ -1,9 +1,9 @@
 """KFP component ``train_ctr``: one training step, two backends, the same parameters.
 
-Thin adapter over :func:`ctr_volcano.volcano.step.run_training_step`, which is tested without KFP:
+Thin adapter over :func:`ctr_volcano.training.step.run_training_step`, which is tested without KFP:
 
 * ``backend="local"`` (the embedded default, used when no cluster is configured) runs the
-  pserver/trainer gang as local processes through ``ctr_volcano.backends.local.train_local``;
+  pserver/trainer gang as local processes through ``ctr_volcano.training.local.backend.train_local``;
 * ``backend="volcano"`` is a remote runner: it creates (or, for a retried step, re-attaches to) a
   gang-scheduled Volcano Job, streams its pods' logs into this step's log, explains a gang stuck
   Pending, deletes the Job on SIGTERM, and hands data and model over through a shared ReadWriteMany
@@ -18,7 +18,7 @@ affinity and volumes, set with KFP's own API on the task, reach the gang's pods 
 ``task_config_passthroughs`` and the ``task_config`` parameter. Only env and volumes also apply to
 this step's own pod: it needs the hand-off volume, and nothing of the gang's size or placement.
 Where each field lands and the precedence over ``cpu``/``memory``/``gpus``:
-:mod:`ctr_volcano.volcano.task_config` and docs/kfp-task-config.md.
+:mod:`ctr_volcano.training.task_config` and docs/kfp-task-config.md.
 
 The job's identity is written to ``job_info`` as soon as it is known, and ``metrics.path`` always
 gets a JSON file (``kfp.local`` counts a Metrics output without a file as a cache miss).
@@ -77,7 +77,7 @@ def train_ctr(
     memory: str = "2Gi",
     gpus: int = 0,
     ttl_seconds_after_finished: int = 3600,
-    poll_interval_s: float = 10.0,
+    poll_interval_s: float = 5.0,   # a literal (KFP runs the source alone): DEFAULT_POLL_S
     workspace_path: str = "",
     init_model: Input[Model] = None,
     warm_start: bool = True,
@@ -138,7 +138,8 @@ def train_ctr(
     import os
 
     from ctr_model.logs import setup_logging
-    from ctr_volcano.volcano.step import StepParams, run_training_step
+    from ctr_volcano.training.params import StepParams
+    from ctr_volcano.training.step import run_training_step
 
     setup_logging()
 
@@ -161,7 +162,6 @@ def train_ctr(
 
     import logging
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     init = None
     if init_model is not None and not warm_start:
         logging.info("train_ctr: warm_start=False: cold start (init_model ignored)")

@@ -1,9 +1,15 @@
-"""ctr_volcano: data prep, training launchers (local gang and Volcano), evaluation and the CLI.
+"""ctr_volcano: data prep, training backends (local gang and Volcano), evaluation, retraining and the CLI.
 
-The KFP components in ``components/`` are thin adapters over the functions in this package;
-``ctr_model`` is the code that runs inside each training pod.
+The package is one folder per capability, layered (docs/architecture.md; tests/test_layering.py
+enforces it): ``app`` > ``components``, ``pipelines`` > ``retraining`` > ``evaluation`` >
+``training`` > ``data`` > ``util``, ``errors``, ``images`` > ``ctr_model``. The KFP components in
+``components/`` are thin adapters over these functions; ``ctr_model`` is the code that runs inside
+each training pod.
 """
+from ctr_volcano import compat as _compat
 
 __all__ = ["__version__"]
 
 __version__ = "0.1.0"
+
+_compat.install()   # 0.1.0's import paths, for pipeline versions uploaded before the move

@@ -18,7 +18,7 @@ every step that touches them; under ``kfp.local`` the mounts are ignored and pat
 
 The default YAML needs a KFP backend >= 2.15: ``train_ctr`` takes a ``dsl.TaskConfig``, which 2.14
 refuses at upload. :data:`ctr_retraining_pipeline_legacy` is the same pipeline with ``train_ctr``
-stripped of that interface (:func:`ctr_volcano.legacy_kfp.without_task_config`); nothing else
+stripped of that interface (:func:`pipelines.legacy_kfp.without_task_config`); nothing else
 differs, since this pipeline hands data over through the named claim either way.
 ``ctr-volcano compile --legacy-kfp`` writes its YAML and ``ctr-volcano submit --legacy-kfp`` uploads it.
 
@@ -33,8 +33,9 @@ from kfp.dsl import Markdown, Metrics, Model
 from components.data_prep import prepare_ctr_data
 from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
 from components.train import train_ctr
-from ctr_volcano.legacy_kfp import without_task_config
-from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
+from ctr_model.defaults import DEFAULT_HASH_BUCKETS
+from ctr_volcano.training.params import DEFAULT_PVC_NAME, PVC_MOUNT_PATH
+from pipelines.legacy_kfp import without_task_config
 
 __all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_legacy", "ctr_retraining_pipeline_local",
            "build_retraining_pipeline",
@@ -42,7 +43,6 @@ __all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_legacy", "ctr_ret
 
 RETRAINING_PIPELINE_NAME = "ctr-retraining-pipeline"
 #: The claim shared by the steps and the training gang (deploy/pvc-example.yaml).
-DEFAULT_PVC_NAME = "ctr-data"
 #: Daily partitions on the claim, one directory per day.
 DEFAULT_DAILY_DATA_URI = PVC_MOUNT_PATH + "/clicks/day={date}"
 #: The model registry on the claim.
@@ -71,7 +71,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         lag_days: int = 0,
         registry: str = DEFAULT_REGISTRY,
         model_name: str = "ctr-dnn",
-        hash_buckets: int = 1000001,
+        hash_buckets: int = DEFAULT_HASH_BUCKETS,
         test_fraction: float = 0.1,
         shards: int = 8,
         max_bad_fraction: float = 0.001,

@@ -32,8 +32,10 @@ from kfp.dsl import HTML, Dataset, Metrics, Model
 from components.data_prep import prepare_ctr_data
 from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
 from components.train import train_ctr
-from ctr_volcano.legacy_kfp import without_task_config
-from ctr_volcano.volcano.handoff import PVC_MOUNT_PATH
+from ctr_model.defaults import DEFAULT_HASH_BUCKETS
+from ctr_volcano.training.params import DEFAULT_PVC_NAME, PVC_MOUNT_PATH
+from ctr_volcano.training.task_config import MIN_KFP_BACKEND
+from pipelines.legacy_kfp import without_task_config
 
 __all__ = ["ctr_training_pipeline", "ctr_training_pipeline_legacy", "PIPELINE_NAME", "DEFAULT_DATA_URI",
            "DEFAULT_PVC_NAME", "WORKSPACE", "MIN_KFP_BACKEND"]
@@ -42,10 +44,8 @@ PIPELINE_NAME = "ctr-training-pipeline"
 #: Where the UI's one-click run reads raw data: upload ``data/sample`` there once (see docs/cluster.md, "From the KFP UI, with one click").
 DEFAULT_DATA_URI = "minio://mlpipeline/ctr-volcano/data/sample"
 #: Legacy YAML only: the ReadWriteMany PVC shared by the training step and its gang (deploy/pvc-example.yaml).
-DEFAULT_PVC_NAME = "ctr-data"
 #: The oldest KFP backend that runs the default YAML (TaskConfig parameters and passthroughs; 2.14.3
 #: rejects them at upload).
-MIN_KFP_BACKEND = "2.15"
 #: The run workspace: one claim per run, written by the training step and every gang pod, which
 #: spread over nodes, hence ReadWriteMany (KFP 2.17 also refuses a patch without accessModes). The
 #: storage class is the cluster's default or the one the KFP admin set for workspaces.
@@ -57,7 +57,7 @@ _train_ctr_legacy = without_task_config(train_ctr)
 
 def ctr_training_pipeline(
     data_uri: str = DEFAULT_DATA_URI,
-    hash_buckets: int = 1000001,
+    hash_buckets: int = DEFAULT_HASH_BUCKETS,
     test_fraction: float = 0.1,
     shards: int = 8,
     max_bad_fraction: float = 0.001,

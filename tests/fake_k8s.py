@@ -72,7 +72,7 @@ class FakeKube:
         if crd_path:
             import jsonschema
 
-            from ctr_volcano.volcano.manifest import load_crd_schema
+            from ctr_volcano.training.volcano.manifest import load_crd_schema
 
             self._validator = jsonschema.Draft7Validator(load_crd_schema(crd_path))
         self._server: Optional[ThreadingHTTPServer] = None

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 from ctr_model.synthetic import write_planted_prep
-from ctr_volcano.local_gang import processes_with_env
+from ctr_volcano.training.local.gang import processes_with_env
 
 __all__ = ["SMALL", "job_processes", "parent_pid", "write_small_planted", "gang_job_id"]
 

@@ -2,36 +2,40 @@
 
 Read from the ``k8s.io/kubernetes`` module in the Go module cache (``api/openapi-spec/v3``), at the
 version the cluster tier pins in ``tools/minicluster/cluster/go.mod``; the first cluster-tier build
-downloads it. ``$ref``/``allOf`` are inlined so :func:`ctr_volcano.volcano.manifest.unknown_fields`
+downloads it, and :func:`openapi_dir` fetches it when a test needs it first. ``$ref``/``allOf`` are inlined so :func:`ctr_volcano.training.volcano.manifest.unknown_fields`
 can walk the result like a CRD schema.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
+
+from ctr_volcano.training.volcano.crds import CrdUnavailable, download_module
 
 REPO = Path(__file__).resolve().parents[1]
 GO_MOD = REPO / "tools" / "minicluster" / "cluster" / "go.mod"
 
-__all__ = ["openapi_dir", "schema_for", "problems"]
+__all__ = ["openapi_dir", "schema_for", "problems", "kubernetes_version"]
 
 
-def openapi_dir() -> Optional[Path]:
-    """``api/openapi-spec/v3`` of the pinned Kubernetes module, or ``None`` if not downloaded."""
-    version = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", GO_MOD.read_text(), re.M).group(1)
-    cache = os.environ.get("GOMODCACHE")
-    if not cache:
-        try:
-            cache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True,
-                                   check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            cache = str(Path.home() / "go" / "pkg" / "mod")
-    path = Path(cache) / "k8s.io" / f"kubernetes@{version}" / "api" / "openapi-spec" / "v3"
-    return path if path.is_dir() else None
+def kubernetes_version() -> str:
+    """The ``k8s.io/kubernetes`` version the cluster tier pins."""
+    return re.search(r"^\s*k8s\.io/kubernetes (v\S+)", GO_MOD.read_text(), re.M).group(1)
+
+
+def openapi_dir() -> Path:
+    """``api/openapi-spec/v3`` of the pinned Kubernetes module, fetched into Go's module cache on first
+    use (as the cluster tier's build does; later calls read the cache).
+
+    Raises:
+        CrdUnavailable: Go is not installed, or the download failed.
+    """
+    path = download_module("k8s.io/kubernetes", kubernetes_version()) / "api" / "openapi-spec" / "v3"
+    if not path.is_dir():
+        raise CrdUnavailable(f"{path} is missing: the module layout changed")
+    return path
 
 
 def _inline(node: Any, defs: Dict[str, Any], seen: tuple = ()) -> Any:
@@ -50,10 +54,8 @@ def _inline(node: Any, defs: Dict[str, Any], seen: tuple = ()) -> Any:
     return out
 
 
-def schema_for(api_file: str, name: str) -> Dict[str, Any]:
-    """The inlined schema of ``name`` (e.g. ``io.k8s.api.apps.v1.ReplicaSet``) from ``api_file``."""
-    base = openapi_dir()
-    assert base is not None
+def schema_for(base: Path, api_file: str, name: str) -> Dict[str, Any]:
+    """The inlined schema of ``name`` (e.g. ``io.k8s.api.apps.v1.ReplicaSet``) from ``base/api_file``."""
     doc = json.loads((base / api_file).read_text())
     return _inline(doc["components"]["schemas"][name], doc["components"]["schemas"])
 
@@ -62,7 +64,7 @@ def problems(obj: Dict[str, Any], schema: Dict[str, Any]) -> List[str]:
     """JSON-schema errors plus fields the schema does not declare (the API server would drop them)."""
     import jsonschema
 
-    from ctr_volcano.volcano.manifest import unknown_fields
+    from ctr_volcano.training.volcano.manifest import unknown_fields
 
     errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
               for e in jsonschema.Draft7Validator(schema).iter_errors(json.loads(json.dumps(obj)))]

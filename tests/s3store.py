@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "tools" / "s3server"))
 
 import s3server  # noqa: E402  (tools/s3server is not a package)
 
-__all__ = ["s3_server", "s3_bucket"]
+__all__ = ["s3_server", "s3_bucket", "store_env", "store_client"]
 
 _BUILD = Prebuild("s3server", "SeaweedFS",
                   "the S3 tests need the 'go' tool (Go >= 1.26.6) to build SeaweedFS")
@@ -31,7 +31,7 @@ _buckets = itertools.count()
 
 
 def _needs_s3(item) -> bool:
-    return bool({"s3_server", "s3_bucket"} & set(getattr(item, "fixturenames", ())))
+    return bool({"s3_server", "s3_bucket", "store_env", "store_client"} & set(getattr(item, "fixturenames", ())))
 
 
 def pytest_collection_finish(session):
@@ -58,3 +58,22 @@ def s3_bucket(s3_server) -> str:
     """A fresh, empty bucket for one test: ``s3://test-N-<time>``."""
     name = f"test-{next(_buckets)}-{int(time.time() * 1000) % 10**8}"
     return s3_server.create_bucket(name)
+
+
+@pytest.fixture
+def store_env(s3_server, monkeypatch):
+    """The store's variables (``ctr_model.store``'s names), set in this process for one test."""
+    env = {"CTR_S3_ENDPOINT": s3_server.endpoint, "CTR_S3_REGION": s3_server.region,
+           "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture
+def store_client(store_env):
+    """A :class:`ctr_model.store.Store` on the test server (an independent reader of what was written)."""
+    from ctr_model import store as s3
+
+    return s3.Store(s3.StoreConfig.from_env(store_env))
+

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from ctr_model.synthetic import write_planted_prep
-from ctr_volcano.backends.local import train_local
 from ctr_volcano.errors import BadInput
+from ctr_volcano.training.local.backend import train_local
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def _sample_lines(sample_dir, n):
 
 
 def test_failed_reprep_leaves_no_stale_stats_and_no_empty_split_dirs(sample_dir, tmp_path):
-    from ctr_volcano.prep import PrepConfig, prep
+    from ctr_volcano.data.prep import PrepConfig, prep
 
     good = tmp_path / "good.tsv"
     good.write_text("\n".join(_sample_lines(sample_dir, 200)) + "\n")
@@ -70,7 +70,7 @@ def test_failed_reprep_leaves_no_stale_stats_and_no_empty_split_dirs(sample_dir,
 
 
 def test_a_ten_megabyte_categorical_value_is_accepted(sample_dir, tmp_path):
-    from ctr_volcano.prep import PrepConfig, prep
+    from ctr_volcano.data.prep import PrepConfig, prep
 
     lines = _sample_lines(sample_dir, 20)
     fields = lines[7].split("\t")
@@ -83,7 +83,7 @@ def test_a_ten_megabyte_categorical_value_is_accepted(sample_dir, tmp_path):
 
 
 def test_a_line_longer_than_the_block_names_the_limit(sample_dir, tmp_path):
-    from ctr_volcano.prep import PrepConfig, prep
+    from ctr_volcano.data.prep import PrepConfig, prep
 
     lines = _sample_lines(sample_dir, 5)
     fields = lines[2].split("\t")
@@ -97,7 +97,7 @@ def test_a_line_longer_than_the_block_names_the_limit(sample_dir, tmp_path):
 
 def test_a_header_line_is_named_as_such(sample_dir, tmp_path):
     from ctr_model.features import RAW_COLUMNS
-    from ctr_volcano.prep import PrepConfig, prep
+    from ctr_volcano.data.prep import PrepConfig, prep
 
     raw = tmp_path / "with_header.tsv"
     raw.write_text("\n".join(["\t".join(RAW_COLUMNS)] + _sample_lines(sample_dir, 50)) + "\n")
@@ -109,7 +109,7 @@ def test_a_header_line_is_named_as_such(sample_dir, tmp_path):
 # outputs, validation gaps, leaks and flag names (the CLI's one-line errors)
 
 def _cli(capsys, *argv):
-    from ctr_volcano.cli import main
+    from ctr_volcano.app.cli.main import main
 
     rc = main(list(argv))
     err = capsys.readouterr().err
@@ -185,19 +185,19 @@ def test_a_corrupt_npz_is_named(tmp_path):
     (["--max-retry", "-1"], "--max-retry=-1"),
 ])
 def test_render_job_refuses_and_names_the_flag(argv, flag, capsys):
-    rc, err = _cli(capsys, "render-job", "--namespace", "ml", "--image", "reg.local/t:1", *argv)
+    rc, err = _cli(capsys, "render-job", "--namespace", "ml", "--image", "reg.local/t:1", "--pvc-name", "c", *argv)
     assert rc == 2 and flag in err and len(err.splitlines()) == 1, err
 
 
 def test_render_job_keeps_the_job_with_ttl_minus_one(capsys):
-    from ctr_volcano.cli import main
+    from ctr_volcano.app.cli.main import main
 
-    assert main(["render-job", "--namespace", "ml", "--image", "reg.local/t:1", "--ttl", "-1"]) == 0
+    assert main(["render-job", "--namespace", "ml", "--image", "reg.local/t:1", "--pvc-name", "c", "--ttl", "-1"]) == 0
     assert "ttlSecondsAfterFinished" not in capsys.readouterr().out
 
 
 def test_gpus_on_pservers_are_refused():
-    from ctr_volcano.volcano.spec import Resources, TrainJobSpec
+    from ctr_volcano.training.volcano.spec import Resources, TrainJobSpec
 
     with pytest.raises(BadInput, match="pserver_resources.gpu"):
         TrainJobSpec(name="ctr-x", namespace="ml", image="reg.local/t:1", data_dir="/d", output_dir="/o",
@@ -218,3 +218,11 @@ def test_refused_train_names_the_flag_and_leaves_no_temp_dir(argv, flag, prep_di
     rc, err = _cli(capsys, "train", "--data", str(prep_dir), "--model-out", str(tmp_path / "m"), *argv)
     assert rc == 2 and flag in err and len(err.splitlines()) == 1, err
     assert not list(tmp_path.glob("ctr-train-*"))
+
+
+def test_render_job_without_a_hand_off_is_refused_like_the_launcher_refuses_it(capsys):
+    """render-job builds the Job through the launcher's own path (StepParams -> build_spec), so a
+    Job the launcher would refuse (no claim, no object store) is refused here too, naming the flag."""
+    rc, err = _cli(capsys, "render-job", "--namespace", "ml", "--image", "reg.local/t:1")
+    assert rc == 2 and "--pvc-name" in err and "artifact_store='s3'" in err and len(err.splitlines()) == 1
+

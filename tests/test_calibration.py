@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ctr_model.calibrate import calibrate_export, intercept_shift
-from ctr_volcano.prep import PrepConfig, StratifiedSplit, prep
+from ctr_volcano.data.prep import PrepConfig, StratifiedSplit, prep
 
 
 def test_intercept_shift_restores_the_mean():

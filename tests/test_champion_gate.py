@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from ctr_model.synthetic import write_planted_prep
-from ctr_volcano.backends.local import train_local
-from ctr_volcano.champion_gate import compare, decide, render_markdown
 from ctr_volcano.errors import BadInput
+from ctr_volcano.retraining.gate import compare, decide, render_markdown
+from ctr_volcano.training.local.backend import train_local
 
 
 @pytest.mark.parametrize("challenger,champion,publish,words", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctr_volcano import cli
+from ctr_volcano.app.cli import main as cli
 from tests.test_evaluate import _write_split
 
 

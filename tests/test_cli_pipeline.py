@@ -13,9 +13,9 @@ import shutil
 import pytest
 import yaml
 
-from ctr_volcano import cli
+from ctr_volcano.app.catalogue import parse_params, pipeline_parameters
+from ctr_volcano.app.cli import main as cli
 from ctr_volcano.errors import BadInput
-from ctr_volcano.pipeline_run import parse_params, pipeline_parameters
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_upload_refusal_gets_the_legacy_hint_only_when_the_package_was_called_in
     reason (no access, wrong namespace) must not send the user to --legacy-kfp."""
     import kfp_server_api
 
-    from ctr_volcano.pipeline_run import LEGACY_KFP_HINT, _kfp_call
+    from ctr_volcano.app.submit import LEGACY_KFP_HINT, _kfp_call
 
     with pytest.raises(BadInput) as info:
         with _kfp_call("http://kfp:8080", "upload", LEGACY_KFP_HINT):
@@ -127,3 +127,20 @@ def test_submit_refuses_a_host_without_scheme(capsys):
     assert cli.main(["submit", "--host", "localhost:8080"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--host='localhost:8080'" in err and "http://localhost:8080" in err
+
+
+def test_an_unknown_parameter_gets_one_answer_from_run_submit_and_parse(tmp_path, closed_port_host):
+    """run, submit and the -p parser share one check: the same fix text for the same typo, and the
+    legacy-only parameter named as such by each."""
+    from ctr_volcano.app.local_run import run_local
+    from ctr_volcano.app.submit import submit
+
+    fixes = []
+    for call in (lambda: parse_params(["epochz=1"]), lambda: run_local(workdir=str(tmp_path), params={"epochz": 1}),
+                 lambda: submit(closed_port_host, params={"epochz": 1})):
+        with pytest.raises(BadInput) as info:
+            call()
+        fixes.append(info.value.fix)
+    assert len(set(fixes)) == 1 and fixes[0].startswith("not a parameter of the training pipeline; known:")
+    with pytest.raises(BadInput, match="only the training pipeline for KFP backends < 2.15"):
+        submit(closed_port_host, params={"pvc_name": "c"})

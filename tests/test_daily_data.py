@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from ctr_volcano.cli import main
-from ctr_volcano.daily_data import drifted_models, generate_days
+from ctr_volcano.app.cli.main import main
+from ctr_volcano.data.daily import drifted_models, generate_days
 from ctr_volcano.errors import BadInput
 
 

@@ -16,7 +16,7 @@ from kfp.dsl import Dataset, Metrics
 
 from components.data_prep import prepare_ctr_data
 from ctr_model import features as F
-from ctr_volcano.prep import PrepConfig, prep
+from ctr_volcano.data.prep import PrepConfig, prep
 
 Out = NamedTuple("Out", [("train", Dataset), ("test", Dataset), ("stats", Metrics)])
 
@@ -76,3 +76,18 @@ def test_prepare_ctr_data_fails_the_step_on_bad_input(sample_dir, tmp_path):
     res = prep_only(raw_uri=str(lines), hash_buckets=1000, shards=2, max_bad_fraction=0.5)
     assert res.outputs["stats"].metadata["rows_rejected"] == 5
     assert res.outputs["stats"].metadata["rows_in"] == 55
+
+
+def test_the_components_hash_bucket_default_is_the_librarys():
+    """The component spells its default as a literal (KFP runs the function's source alone, where a
+    module constant is undefined); it must still be the one default the library and pipelines use."""
+    import inspect
+
+    from ctr_model.defaults import DEFAULT_HASH_BUCKETS
+    from pipelines.ctr_retraining_pipeline import ctr_retraining_pipeline
+    from pipelines.ctr_training_pipeline import ctr_training_pipeline
+
+    defaults = {inspect.signature(f).parameters["hash_buckets"].default
+                for f in (prepare_ctr_data.python_func, ctr_training_pipeline.pipeline_func,
+                          ctr_retraining_pipeline.pipeline_func)}
+    assert defaults == {DEFAULT_HASH_BUCKETS} == {PrepConfig().hash_buckets}

@@ -11,8 +11,8 @@ from sklearn.metrics import confusion_matrix as sk_confusion
 from sklearn.metrics import log_loss, roc_auc_score
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from ctr_volcano import evaluate as ev
 from ctr_volcano.errors import BadInput
+from ctr_volcano.evaluation import evaluate as ev
 
 
 def _fixed_predictions(n=2000, seed=7, decimals=2):

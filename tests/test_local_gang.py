@@ -17,7 +17,7 @@ import pytest
 
 from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.errors import BadInput, TrainingJobFailed
-from ctr_volcano.local_gang import GangSpec, LocalGang
+from ctr_volcano.training.local.gang import GangSpec, LocalGang
 from tests.gang_helpers import gang_job_id, job_processes
 
 FAKE_ROLE = textwrap.dedent("""
@@ -139,7 +139,7 @@ def test_sigterm_reaps_every_child(job_id, tiny_data, tmp_path):
                      max_retry=0, stall_timeout_s=600)
     driver = textwrap.dedent("""
         import json, sys
-        from ctr_volcano.local_gang import GangSpec, LocalGang
+        from ctr_volcano.training.local.gang import GangSpec, LocalGang
         spec = GangSpec(**json.loads(sys.argv[1]))
         try:
             LocalGang(spec, log=print).run()
@@ -170,7 +170,7 @@ def test_sigkill_of_the_supervisor_leaves_no_orphans(job_id, tiny_data, tmp_path
                      max_retry=0, stall_timeout_s=600)
     driver = textwrap.dedent("""
         import json, sys
-        from ctr_volcano.local_gang import GangSpec, LocalGang
+        from ctr_volcano.training.local.gang import GangSpec, LocalGang
         LocalGang(GangSpec(**json.loads(sys.argv[1])), log=print).run()
     """)
     args = {k: (list(v) if isinstance(v, tuple) else dict(v) if k in ("extra_env", "train_config") else v)

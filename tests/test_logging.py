@@ -26,12 +26,12 @@ def test_progress_lines_give_rates_and_eta(caplog):
 
 def test_cli_and_pod_entrypoint_log_in_one_format(sample_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTR_", "VC_"))}
-    cli = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "gen-data", "--rows", "2000", "--out",
+    cli = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "gen-data", "--rows", "2000", "--out",
                           str(tmp_path / "raw"), "--oracle-rows", "1000"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert cli.returncode == 0, cli.stderr
     cli_lines = [ln for ln in cli.stderr.splitlines() if ln.strip()]
-    assert any("ctr_volcano.datagen: gen-data: 2,000 rows" in ln for ln in cli_lines), cli_lines
+    assert any("ctr_volcano.data.synthetic: gen-data: 2,000 rows" in ln for ln in cli_lines), cli_lines
     pod = subprocess.run([sys.executable, "-m", "ctr_model.train"], capture_output=True, text=True, env=env,
                          timeout=120)
     assert pod.returncode == 2

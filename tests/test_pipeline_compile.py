@@ -13,7 +13,8 @@ from google.protobuf import json_format
 from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from ctr_volcano.pipeline_run import _needs_task_config, compiled_files
+from ctr_volcano.app.compile import compiled_files
+from ctr_volcano.app.submit import _needs_task_config
 
 REPO = Path(__file__).resolve().parents[1]
 REGENERATE = "ctr-volcano compile   (then review and commit pipelines/*.yaml and components/*.yaml)"
@@ -25,7 +26,7 @@ def fresh(tmp_path_factory):
     """A fresh compile, in a clean interpreter without image overrides (they change base images)."""
     out = tmp_path_factory.mktemp("compiled")
     env = {k: v for k, v in os.environ.items() if not (k.startswith("CTR_VOLCANO_") and k.endswith("_IMAGE"))}
-    code = f"from ctr_volcano.pipeline_run import compile_all; compile_all({str(out)!r})"
+    code = f"from ctr_volcano.app.compile import compile_all; compile_all({str(out)!r})"
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -115,7 +116,7 @@ def test_train_component_declares_its_passthroughs_and_task_config_input():
 def test_legacy_kfp_yaml_has_no_task_config_and_no_workspace(tmp_path):
     """``ctr-volcano compile --legacy-kfp``: what a KFP 2.14 backend accepts (it rejects TASK_CONFIG)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "compile", "--legacy-kfp", "--out-dir",
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "compile", "--legacy-kfp", "--out-dir",
                            str(tmp_path)], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (tmp_path / "ctr_training_pipeline.yaml").read_text()
@@ -149,6 +150,6 @@ def test_legacy_kfp_yaml_has_no_task_config_and_no_workspace(tmp_path):
 
 def test_legacy_kfp_needs_an_out_dir():
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "compile", "--legacy-kfp"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "compile", "--legacy-kfp"], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "--out-dir" in proc.stderr

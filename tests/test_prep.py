@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctr_model import features as F
-from ctr_volcano.cli import main
+from ctr_volcano.app.cli.main import main
+from ctr_volcano.data.prep import PrepConfig, StratifiedSplit, prep, resolve_inputs
 from ctr_volcano.errors import BadInput
-from ctr_volcano.prep import PrepConfig, StratifiedSplit, prep, resolve_inputs
 
 # Lines in the exact Kaggle Display Advertising format: negative integers, empty integer and
 # categorical fields, and empty trailing fields (the line ends in tabs).
@@ -395,14 +395,14 @@ def test_workers_fall_back_to_pickling_when_a_piece_does_not_fit_its_slot(sample
                                                                           monkeypatch):
     """Lines far shorter than Criteo's make a piece's output bigger than its shared-memory slot;
     such results come back through the pool instead, with the same output."""
-    from ctr_volcano import prep as prep_module
+    import ctr_volcano.data.prep as prep_module
 
     lines = gzip.open(sorted(sample_dir.glob("part-*"))[0], "rt").read().splitlines()[:1500]
     (tmp_path / "raw.tsv").write_text("\n".join(lines) + "\n")
     config = dict(block_bytes=1 << 16, shards=2)
     one = prep([str(tmp_path / "raw.tsv")], str(tmp_path / "w1"), PrepConfig(workers=1, **config))
-    real_slots = prep_module._Slots
-    monkeypatch.setattr(prep_module, "_Slots", lambda count, size: real_slots(count, 4096))
+    real_slots = prep_module.Slots
+    monkeypatch.setattr(prep_module, "Slots", lambda count, size: real_slots(count, 4096))
     two = prep([str(tmp_path / "raw.tsv")], str(tmp_path / "w2"), PrepConfig(workers=2, **config))
     assert two["workers"] == 2 and one["rows_train"] == two["rows_train"]
     files1, stats1 = _split_contents(tmp_path / "w1")

@@ -15,8 +15,8 @@ import pytest
 
 from bench.prep_peers import compare_outputs, duckdb_prep, polars_prep, split_files
 from ctr_model.features import hash_value
-from ctr_volcano import datagen
-from ctr_volcano.prep import PrepConfig, prep
+from ctr_volcano.data import synthetic as datagen
+from ctr_volcano.data.prep import PrepConfig, prep
 
 BUCKETS = 5003
 

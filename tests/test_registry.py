@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ctr_volcano.errors import BadInput
-from ctr_volcano.registry import CHAMPION_FILE, VERSION_FILE, ModelRegistry
+from ctr_volcano.retraining.registry import CHAMPION_FILE, VERSION_FILE, ModelRegistry
 
 
 def _model(tmp_path, name, payload=b"w"):

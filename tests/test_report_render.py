@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ctr_volcano import evaluate as ev
+from ctr_volcano.evaluation import evaluate as ev
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
                 None)

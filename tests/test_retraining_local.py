@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctr_volcano.daily_data import generate_days
-from ctr_volcano.evaluate import evaluate
-from ctr_volcano.prep import PrepConfig, StratifiedSplit, prep
-from ctr_volcano.registry import ModelRegistry
+from ctr_volcano.data.daily import generate_days
+from ctr_volcano.data.prep import PrepConfig, StratifiedSplit, prep
+from ctr_volcano.evaluation.evaluate import evaluate
+from ctr_volcano.retraining.registry import ModelRegistry
 
 REPO = Path(__file__).resolve().parents[1]
 DATES = ["2026-01-01", "2026-01-02", "2026-01-03"]
@@ -35,7 +35,7 @@ def _run_cli(args, log_path):
     """``ctr-volcano ARGS`` in a fresh process, as a user runs it; its whole log goes to ``log_path``."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log_path, "w") as fh:
-        proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli"] + args, cwd=REPO, env=env,
+        proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main"] + args, cwd=REPO, env=env,
                               stdout=fh, stderr=subprocess.STDOUT, timeout=1500)
     return proc.returncode, open(log_path, errors="replace").read()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ctr_volcano import cli
+from ctr_volcano.app.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[1]
 

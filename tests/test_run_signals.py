@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from ctr_volcano.local_gang import gang_processes, processes_with_env
+from ctr_volcano.training.local.gang import gang_processes, processes_with_env
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def test_signal_to_run_pid_stops_executor_and_gang(sig, code, tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), mark.split("=")[0]: mark.split("=")[1]}
-    cmd = [sys.executable, "-m", "ctr_volcano.cli", "run", "--workdir", str(tmp_path / "w"),
+    cmd = [sys.executable, "-m", "ctr_volcano.app.cli.main", "run", "--workdir", str(tmp_path / "w"),
            "-p", "epochs=50"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)   # only the PID is signalled, not a process group
@@ -58,7 +58,7 @@ def test_sigterm_to_train_exits_143_and_reaps_the_gang(tmp_path):
     write_planted_prep(str(tmp_path / "prep"), train_rows=4000, test_rows=500, shards=2)
     mark = f"CTRTEST_SIGNAL_TRAIN={uuid.uuid4().hex}"
     env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
-    cmd = [sys.executable, "-m", "ctr_volcano.cli", "train", "--data", str(tmp_path / "prep"),
+    cmd = [sys.executable, "-m", "ctr_volcano.app.cli.main", "train", "--data", str(tmp_path / "prep"),
            "--model-out", str(tmp_path / "model"), "--epochs", "200", "--workdir", str(tmp_path / "w")]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from ctr_model import store as s3
-from ctr_volcano.backends.local import train_local
-from ctr_volcano.cli import main
+from ctr_volcano.app.cli.main import main
+from ctr_volcano.training.local.backend import train_local
 from tests.gang_helpers import SMALL, gang_job_id, job_processes, parent_pid, write_small_planted
 
 
@@ -26,23 +26,9 @@ def planted_local(tmp_path_factory):
 
 
 @pytest.fixture
-def store_env(s3_server, monkeypatch):
-    env = {"CTR_S3_ENDPOINT": s3_server.endpoint, "CTR_S3_REGION": s3_server.region,
-           "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    return env
-
-
-@pytest.fixture
-def client(store_env):
-    return s3.Store(s3.StoreConfig.from_env(store_env))
-
-
-@pytest.fixture
-def planted_uri(planted_local, s3_bucket, client):
+def planted_uri(planted_local, s3_bucket, store_client):
     uri = s3.join(s3_bucket, "prep")
-    client.upload(planted_local[0], uri)
+    store_client.upload(planted_local[0], uri)
     return uri
 
 
@@ -53,20 +39,20 @@ def _free_port() -> int:
 
 
 # ---------------------------------------------------------------------------------- store client
-def test_store_streams_a_tree_both_ways(client, s3_bucket, tmp_path):
+def test_store_streams_a_tree_both_ways(store_client, s3_bucket, tmp_path):
     src = tmp_path / "src"
     (src / "a" / "b").mkdir(parents=True)
     (src / "a" / "b" / "big.bin").write_bytes(os.urandom(9 << 20))   # > 2 copy chunks
     (src / "top.txt").write_text("hello")
-    client.upload(str(src), s3.join(s3_bucket, "t"))
-    assert client.list(s3.join(s3_bucket, "t")) == [("a", True), ("top.txt", False)]
-    client.download(s3.join(s3_bucket, "t"), str(tmp_path / "back"))
+    store_client.upload(str(src), s3.join(s3_bucket, "t"))
+    assert store_client.list(s3.join(s3_bucket, "t")) == [("a", True), ("top.txt", False)]
+    store_client.download(s3.join(s3_bucket, "t"), str(tmp_path / "back"))
     assert (tmp_path / "back" / "a" / "b" / "big.bin").read_bytes() == (src / "a" / "b" / "big.bin").read_bytes()
-    assert client.read_bytes(s3.join(s3_bucket, "t/top.txt")) == b"hello"
-    assert client.read_bytes(s3.join(s3_bucket, "t/none")) is None
-    client.delete(s3.join(s3_bucket, "t"))
+    assert store_client.read_bytes(s3.join(s3_bucket, "t/top.txt")) == b"hello"
+    assert store_client.read_bytes(s3.join(s3_bucket, "t/none")) is None
+    store_client.delete(s3.join(s3_bucket, "t"))
     # no object is left (SeaweedFS removes the emptied directories asynchronously)
-    assert [n for n, is_dir in client.list(s3.join(s3_bucket, "t"), recursive=True) if not is_dir] == []
+    assert [n for n, is_dir in store_client.list(s3.join(s3_bucket, "t"), recursive=True) if not is_dir] == []
 
 
 # -------------------------------------------------------------------------- bad input, via the CLI
@@ -79,7 +65,7 @@ def _train_cli(tmp_path, data, *extra):
 
 @pytest.mark.parametrize("case", ["wrong-credentials", "missing-bucket", "missing-prefix",
                                   "unreachable-endpoint", "not-a-prep-output", "output-bucket"])
-def test_bad_store_locations_fail_at_the_boundary(case, planted_uri, s3_bucket, client, tmp_path,
+def test_bad_store_locations_fail_at_the_boundary(case, planted_uri, s3_bucket, store_client, tmp_path,
                                                   monkeypatch, capsys):
     data, extra = planted_uri, []
     if case == "wrong-credentials":
@@ -95,7 +81,7 @@ def test_bad_store_locations_fail_at_the_boundary(case, planted_uri, s3_bucket, 
         monkeypatch.setenv("CTR_S3_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
         expect = "cannot reach the store"
     elif case == "not-a-prep-output":
-        client.write_bytes(s3.join(s3_bucket, "other/readme.txt"), b"not data")
+        store_client.write_bytes(s3.join(s3_bucket, "other/readme.txt"), b"not data")
         data = s3.join(s3_bucket, "other")
         expect = "ctr-volcano prep"
     else:
@@ -117,7 +103,7 @@ def job_id():
 
 
 @pytest.mark.slow
-def test_gang_trains_from_the_store_into_the_store(planted_uri, planted_local, s3_bucket, client,
+def test_gang_trains_from_the_store_into_the_store(planted_uri, planted_local, s3_bucket, store_client,
                                                     store_env, job_id, tmp_path):
     out = s3.join(s3_bucket, "run")
     result = train_local(planted_uri, str(tmp_path / "model"), {**SMALL, "epochs": 2}, max_retry=0,
@@ -127,17 +113,17 @@ def test_gang_trains_from_the_store_into_the_store(planted_uri, planted_local, s
     assert [e["epoch"] for e in m["epochs"]] == [1, 2]
     assert m["epochs"][0]["examples"] == 16_000            # each trainer fetched its own shards
     assert m["test"]["auc"] > 0.7, m["test"]
-    names = {n for n, _ in client.list(out)}
+    names = {n for n, _ in store_client.list(out)}
     assert {"model", "checkpoints", "metrics.json"} <= names
-    ckpts = {n for n, _ in client.list(s3.join(out, "checkpoints"))}
+    ckpts = {n for n, _ in store_client.list(s3.join(out, "checkpoints"))}
     assert ckpts == {"epoch-1", "epoch-2"}
-    epoch2 = {n for n, _ in client.list(s3.join(out, "checkpoints/epoch-2"), recursive=True)}
+    epoch2 = {n for n, _ in store_client.list(s3.join(out, "checkpoints/epoch-2"), recursive=True)}
     assert {"_COMPLETE", "meta.json", "000", "001"} <= epoch2
     # both pservers' parts of the sparse table reached the store (each uploaded its own) and the model
     # (its warm-start copy of the final checkpoint, from which trainer 0 exported sparse.npz)
-    names = {n for n, _ in client.list(s3.join(out, "model"))}
+    names = {n for n, _ in store_client.list(s3.join(out, "model"))}
     assert {"sparse.npz", "dense.npz", "model_meta.json", "warm_start"} <= names, names
-    parts = [n for n, _ in client.list(s3.join(out, "model/warm_start/000"))]
+    parts = [n for n, _ in store_client.list(s3.join(out, "model/warm_start/000"))]
     assert {p.split("-")[1] for p in parts if p.startswith("part-")} == {"000", "001"}, parts
     from ctr_model.infer import load_model
 
@@ -149,7 +135,7 @@ def test_gang_trains_from_the_store_into_the_store(planted_uri, planted_local, s
 
 
 @pytest.mark.slow
-def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, client, store_env, job_id,
+def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, store_client, store_env, job_id,
                                                tmp_path):
     out = s3.join(s3_bucket, "run")
     box: dict = {}
@@ -158,7 +144,7 @@ def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, client, s
         marker = s3.join(out, "checkpoints/epoch-1/_COMPLETE")
         deadline = time.time() + 240
         while time.time() < deadline and "killed_at" not in box:
-            if client.exists(marker):
+            if store_client.exists(marker):
                 pids = [p for p in job_processes(job_id, "CTR_ROLE=trainer", "VC_TASK_INDEX=1")
                         if b"ctr_model.train" in open(f"/proc/{p}/cmdline", "rb").read()]
                 roots = [p for p in pids if parent_pid(p) not in pids]   # not gloo's helper children
@@ -184,7 +170,7 @@ def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, client, s
         assert f"fetched {out}/checkpoints/epoch-" in log, log[-2000:]
 
 
-def test_gzip_files_travel_byte_for_byte(client, s3_bucket, tmp_path):
+def test_gzip_files_travel_byte_for_byte(store_client, s3_bucket, tmp_path):
     """The sparse-table files are ``.gz``: pyarrow's default ``compression="detect"`` gunzipped them on
     read and gzipped them again on write (slow, and not the same bytes). Both ways must copy bytes."""
     import gzip
@@ -194,8 +180,8 @@ def test_gzip_files_travel_byte_for_byte(client, s3_bucket, tmp_path):
     payload = gzip.compress(b"1\t0.5 0.25\n" * 20000, compresslevel=1, mtime=0)
     (src / "part-000-00000.gz").write_bytes(payload)
     uri = s3.join(s3_bucket, "gz")
-    client.upload(str(src), uri)
-    with client.fs.open_input_stream(client._path(uri + "/part-000-00000.gz"), compression=None) as fh:
+    store_client.upload(str(src), uri)
+    with store_client.fs.open_input_stream(store_client._path(uri + "/part-000-00000.gz"), compression=None) as fh:
         assert fh.read() == payload                      # stored as given, not re-compressed
-    client.download(uri, str(tmp_path / "down"))
+    store_client.download(uri, str(tmp_path / "down"))
     assert (tmp_path / "down" / "part-000-00000.gz").read_bytes() == payload

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ctr_model.synthetic import write_planted_prep
-from ctr_volcano.cli import main
+from ctr_volcano.app.cli.main import main
 
 
 def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):

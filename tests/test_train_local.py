@@ -22,8 +22,8 @@ import pytest
 from ctr_model.checkpoint import COMPLETE_MARKER, epoch_dir
 from ctr_model.contract import GangContract, role_env, volcano_plugin_env
 from ctr_model.infer import auc, load_model
-from ctr_volcano.backends.local import train_local
 from ctr_volcano.errors import TrainingJobFailed
+from ctr_volcano.training.local.backend import train_local
 from tests.gang_helpers import SMALL, gang_job_id, job_processes, parent_pid, write_small_planted
 
 

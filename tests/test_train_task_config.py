@@ -2,7 +2,7 @@
 
 Two layers:
 
-* the pure mapping (:mod:`ctr_volcano.volcano.task_config` and the step's hand-off choice), fed the
+* the pure mapping (:mod:`ctr_volcano.training.task_config` and the step's hand-off choice), fed the
   TaskConfig in the JSON form KFP 2.17's Go driver writes (every key present, unset ones ``null``);
 * the README's snippet, compiled by the real KFP compiler, turned into the executor input KFP's
   driver would give the training task (``tests/kfp_driver.py``), and run through **KFP's own
@@ -22,9 +22,11 @@ import pytest
 import yaml
 
 from ctr_volcano.errors import BadInput
-from ctr_volcano.volcano.manifest import build_job, validate_against_crd, validate_job
-from ctr_volcano.volcano.step import StepParams, build_spec
-from ctr_volcano.volcano.task_config import EMPTY, TaskPodConfig, check_claim_access, role_resources
+from ctr_volcano.training.params import StepParams
+from ctr_volcano.training.task_config import EMPTY, TaskPodConfig, check_claim_access
+from ctr_volcano.training.volcano.backend import build_spec
+from ctr_volcano.training.volcano.manifest import build_job, validate_against_crd, validate_job
+from ctr_volcano.training.volcano.spec import role_resources
 from tests.fake_k8s import FakeKube
 from tests.kfp_driver import executor_input_for, task_config_for
 
@@ -281,7 +283,7 @@ def test_legacy_yaml_runs_through_kfps_executor_on_explicit_parameters(tmp_path,
     function an empty one; the gang gets the explicit cpu/memory and the named claim."""
     import inspect
 
-    from ctr_volcano.pipeline_run import compile_all
+    from ctr_volcano.app.compile import compile_all
     from pipelines.ctr_training_pipeline import ctr_training_pipeline_legacy
 
     compile_all(str(tmp_path / "legacy"), legacy=True)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ctr_volcano import images
-from ctr_volcano.volcano.spec import DEFAULT_UID
+from ctr_volcano.training.volcano.spec import DEFAULT_UID
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINER = (REPO / "dockerfiles" / "Dockerfile.trainer").read_text()

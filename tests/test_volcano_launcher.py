@@ -5,7 +5,7 @@ pending -> explain -> timeout (job deleted), failure with the failed pods' log t
 Volcano deleted the pods), cancel (method and a real SIGTERM to a launcher process), success with
 outputs, transient API errors (retried, bounded), RBAC refusal, the stall watchdog (a silent Running
 trainer fails the step and the Job is deleted; progressing, Pending or unreadable ones do not). Every request any test makes is
-checked against the Role of :mod:`ctr_volcano.volcano.rbac`.
+checked against the Role of :mod:`ctr_volcano.training.volcano.rbac`.
 
 The real-cluster evidence is in the cluster tier (``tests/cluster``).
 """
@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 
 from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
-from ctr_volcano.volcano.client import KubeClient
-from ctr_volcano.volcano.launcher import JobCancelled, VolcanoLauncher
-from ctr_volcano.volcano.manifest import build_job
-from ctr_volcano.volcano.rbac import allows
-from ctr_volcano.volcano.spec import TrainJobSpec
-from ctr_volcano.volcano.stall import StallWatchdog
+from ctr_volcano.training.volcano.client import KubeClient
+from ctr_volcano.training.volcano.launcher import JobCancelled, VolcanoLauncher
+from ctr_volcano.training.volcano.manifest import build_job
+from ctr_volcano.training.volcano.rbac import allows
+from ctr_volcano.training.volcano.spec import TrainJobSpec
+from ctr_volcano.training.volcano.stall import StallWatchdog
 from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -291,9 +291,9 @@ def test_sigterm_to_launcher_process_deletes_job_and_exits_nonzero(fake, tmp_pat
     script = tmp_path / "launch.py"
     script.write_text(textwrap.dedent(f"""
         import sys
-        from ctr_volcano.volcano.client import KubeClient
-        from ctr_volcano.volcano.launcher import VolcanoLauncher
-        from ctr_volcano.volcano.spec import TrainJobSpec
+        from ctr_volcano.training.volcano.client import KubeClient
+        from ctr_volcano.training.volcano.launcher import VolcanoLauncher
+        from ctr_volcano.training.volcano.spec import TrainJobSpec
         spec = TrainJobSpec(name={JOB!r}, namespace={NS!r}, image="img:1", data_dir="/d", output_dir="/o")
         client = KubeClient.from_kubeconfig({kubeconfig!r})
         def ready(identity):

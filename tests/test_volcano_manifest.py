@@ -1,6 +1,6 @@
 """Job manifests: render-job output against the real Volcano CRD schema, plus the webhook's checks.
 
-The CRD comes from the Volcano Go module (``ctr_volcano.volcano.crds``: ``go mod download`` into Go's
+The CRD comes from the Volcano Go module (``ctr_volcano.training.volcano.crds``: ``go mod download`` into Go's
 module cache on first use); nothing from it is copied into the repo.
 """
 from __future__ import annotations
@@ -11,9 +11,10 @@ import json
 import pytest
 import yaml
 
-from ctr_volcano.cli import main as cli_main
+from ctr_volcano.app.cli.main import main as cli_main
 from ctr_volcano.errors import BadInput
-from ctr_volcano.volcano.manifest import (
+from ctr_volcano.training.store_access import SecretEnv
+from ctr_volcano.training.volcano.manifest import (
     build_job,
     check_job,
     load_crd_schema,
@@ -21,8 +22,9 @@ from ctr_volcano.volcano.manifest import (
     validate_against_crd,
     validate_job,
 )
-from ctr_volcano.volcano.names import MAX_JOB_NAME, is_dns1035_label, job_name_for
-from ctr_volcano.volcano.spec import PvcVolume, Resources, SecretEnv, TrainJobSpec
+from ctr_volcano.training.volcano.names import MAX_JOB_NAME, job_name_for
+from ctr_volcano.training.volcano.spec import PvcVolume, Resources, TrainJobSpec
+from ctr_volcano.util.k8s_syntax import is_dns1035_label
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,8 @@ COMBOS = [
 
 
 def render(capsys, argv):
+    if "--pvc-name" not in argv and "s3" not in argv:   # the launcher refuses a Job without a hand-off
+        argv = ["--pvc-name", "ctr-data"] + argv
     rc = cli_main(["render-job", "--namespace", "ml", "--image", "reg.local/ctr-trainer:1"] + argv)
     out = capsys.readouterr().out
     assert rc == 0
@@ -240,6 +244,6 @@ def test_nested_types_validate():
 
 
 def test_render_job_bad_flag_is_one_clear_line(capsys):
-    rc = cli_main(["render-job", "--namespace", "ml", "--name", "ctr-x", "--secret-env", "NOPE"])
+    rc = cli_main(["render-job", "--namespace", "ml", "--name", "ctr-x", "--pvc-name", "c", "--secret-env", "NOPE"])
     err = capsys.readouterr().err
     assert rc == 2 and "--secret-env='NOPE'" in err and "NAME=SECRET:KEY" in err

@@ -13,11 +13,13 @@ import pytest
 from ctr_model import store as s3
 from ctr_model.features import write_split_schema
 from ctr_volcano.errors import BadInput
-from ctr_volcano.volcano.client import KubeClient
-from ctr_volcano.volcano.manifest import build_job
-from ctr_volcano.volcano.objectstore import to_s3_uri
-from ctr_volcano.volcano.spec import KFP_ARTIFACT_SECRET, ObjectStore, TrainJobSpec
-from ctr_volcano.volcano.step import StepParams, run_training_step
+from ctr_volcano.training.params import StepParams
+from ctr_volcano.training.step import run_training_step
+from ctr_volcano.training.store_access import KFP_ARTIFACT_SECRET, ObjectStore
+from ctr_volcano.training.volcano.client import KubeClient
+from ctr_volcano.training.volcano.manifest import build_job
+from ctr_volcano.training.volcano.objectstore import to_s3_uri
+from ctr_volcano.training.volcano.spec import TrainJobSpec
 from tests.fake_k8s import FakeKube
 
 NS = "ml"
@@ -90,7 +92,7 @@ def test_step_params_s3_needs_no_pvc():
 
 def test_step_endpoint_is_the_steps_own_and_never_reaches_the_manifest():
     """A step outside the cluster (a port-forward) reaches the store elsewhere than the pods do."""
-    from ctr_volcano.volcano.step import build_spec
+    from ctr_volcano.training.volcano.backend import build_spec
 
     params = StepParams(backend="volcano", artifact_store="s3", s3_endpoint="http://s3.ml.svc:8333",
                         s3_step_endpoint="http://127.0.0.1:18333", namespace=NS, image="img:1", job_name="j")
@@ -107,7 +109,7 @@ def test_step_endpoint_is_the_steps_own_and_never_reaches_the_manifest():
 
 
 def test_a_bad_step_endpoint_is_one_line_exit_2(tmp_path, capsys):
-    from ctr_volcano.cli import main
+    from ctr_volcano.app.cli.main import main
 
     with pytest.raises(BadInput) as err:
         StepParams(backend="volcano", artifact_store="s3", s3_step_endpoint="127.0.0.1:18333")

@@ -6,7 +6,6 @@ checks the data arrived on the "PVC" (a temp dir), and writes the model and metr
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -14,12 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ctr_volcano.app.cli.main import build_parser
 from ctr_volcano.errors import BadInput, TrainingJobFailed
-from ctr_volcano.volcano.cli import cli_train
-from ctr_volcano.volcano.client import KubeClient
-from ctr_volcano.volcano.handoff import build_pvc, copy_model_out, prepare_run_dir
-from ctr_volcano.volcano.rbac import RULES, allows, build_rbac
-from ctr_volcano.volcano.step import StepParams, run_training_step
+from ctr_volcano.training.params import StepParams
+from ctr_volcano.training.step import run_training_step
+from ctr_volcano.training.volcano.client import KubeClient
+from ctr_volcano.training.volcano.handoff import build_pvc, copy_model_out, prepare_run_dir
+from ctr_volcano.training.volcano.rbac import RULES, allows, build_rbac
 from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def test_job_is_owned_by_the_kfp_runs_workflow(fake, tmp_path, prep, monkeypatch
 
 
 def test_no_owner_outside_a_pod_or_for_another_pod(fake, monkeypatch):
-    from ctr_volcano.volcano.step import run_owner_references
+    from ctr_volcano.training.volcano.backend import run_owner_references
 
     client = KubeClient(fake.api_client())
     try:
@@ -147,22 +147,23 @@ def test_no_owner_outside_a_pod_or_for_another_pod(fake, monkeypatch):
         client.close()
 
 
+def _train_args(*flags):
+    """A ``ctr-volcano train`` command line parsed by the real parser."""
+    return build_parser().parse_args(["train", *flags])
+
+
 def test_cli_train_volcano_uses_the_same_step(fake, tmp_path, prep, capsys):
     pvc = tmp_path / "pvc"
     pvc.mkdir()
     fake.script = play_gang({})
-    parser = argparse.ArgumentParser()
-    from ctr_volcano.volcano.cli import add_train_arguments
-    add_train_arguments(parser)
-    args = parser.parse_args(["--namespace", NS, "--image", "img:1", "--pvc-name", "claim",
-                              "--pvc-mount-path", str(pvc), "--run-id", "cli-1", "--poll", "0.01",
-                              "--kubeconfig", fake.write_kubeconfig(str(tmp_path / "kc"))])
-    for key, value in dict(data=str(prep), model_out=str(tmp_path / "model"), pservers=1, trainers=1,
-                           epochs=1, batch_size=32, lr=0.001, max_retry=0).items():
-        setattr(args, key, value)
-    assert cli_train(args) == 0
+    args = _train_args("--backend", "volcano", "--data", str(prep), "--model-out", str(tmp_path / "model"),
+                       "--pservers", "1", "--trainers", "1", "--epochs", "1", "--batch-size", "32",
+                       "--lr", "0.001", "--max-retry", "0", "--namespace", NS, "--image", "img:1",
+                       "--pvc-name", "claim", "--pvc-mount-path", str(pvc), "--run-id", "cli-1",
+                       "--poll", "0.01", "--kubeconfig", fake.write_kubeconfig(str(tmp_path / "kc")))
+    assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["metrics"]["final_loss"] == 0.4 and Path(out["model_dir"], "model_meta.json").is_file()
+    assert out["attempts"] == 1 and Path(out["model_dir"], "model_meta.json").is_file()
     assert next(iter(fake.jobs.values()))["spec"]["maxRetry"] == 1
 
 
@@ -177,23 +178,19 @@ def test_cli_stall_timeout_reaches_the_launchers_watchdog(fake, tmp_path, prep):
         f.set_phase(ns, name, "Running", running=2)
 
     fake.script = [lambda f: None, run_silently]
-    parser = argparse.ArgumentParser()
-    from ctr_volcano.volcano.cli import add_train_arguments
-    add_train_arguments(parser)
-    args = parser.parse_args(["--namespace", NS, "--image", "img:1", "--pvc-name", "claim",
-                              "--pvc-mount-path", str(tmp_path / "pvc"), "--run-id", "cli-stall",
-                              "--poll", "0.01", "--kubeconfig", fake.write_kubeconfig(str(tmp_path / "kc"))])
-    for key, value in dict(data=str(prep), model_out=str(tmp_path / "model"), pservers=1, trainers=1,
-                           epochs=1, batch_size=32, lr=0.001, max_retry=0, stall_timeout=0.3).items():
-        setattr(args, key, value)
+    args = _train_args("--backend", "volcano", "--data", str(prep), "--model-out", str(tmp_path / "model"),
+                       "--pservers", "1", "--trainers", "1", "--epochs", "1", "--batch-size", "32",
+                       "--max-retry", "0", "--stall-timeout", "0.3", "--namespace", NS, "--image", "img:1",
+                       "--pvc-name", "claim", "--pvc-mount-path", str(tmp_path / "pvc"), "--run-id", "cli-stall",
+                       "--poll", "0.01", "--kubeconfig", fake.write_kubeconfig(str(tmp_path / "kc")))
     with pytest.raises(TrainingJobFailed) as exc:
-        cli_train(args)
+        args.func(args)
     assert exc.value.phase == "Stalled" and exc.value.details["stall_timeout_s"] == 0.3
     assert exc.value.role.endswith("-trainer-0") and fake.jobs == {}
 
 
 def test_stall_timeout_from_the_component_reaches_the_spec(tmp_path):
-    from ctr_volcano.volcano.step import build_spec
+    from ctr_volcano.training.volcano.backend import build_spec
 
     params = StepParams.from_component(backend="volcano", pvc_name="claim", namespace="ml", image="img:1",
                                        stall_timeout_s=45.0)
@@ -261,7 +258,7 @@ def test_deploy_rbac_yaml_is_generated_from_the_builder():
 
 def test_deploy_pvc_example_is_generated_from_the_builder():
     assert _docs(REPO / "deploy" / "pvc-example.yaml") == [build_pvc("ctr-data", "kubeflow", "20Gi")], (
-        "deploy/pvc-example.yaml is stale; regenerate from ctr_volcano.volcano.handoff.build_pvc")
+        "deploy/pvc-example.yaml is stale; regenerate from ctr_volcano.training.volcano.handoff.build_pvc")
 
 
 def test_rbac_is_namespaced_and_exactly_the_launcher_verbs():
@@ -301,3 +298,20 @@ def test_a_read_write_once_handoff_claim_is_refused_before_any_copy_or_submit(fa
         client.close()
     assert err.value.field == "volumes.rwo-claim.accessModes" and "ReadWriteMany" in err.value.fix
     assert not fake.jobs and list(pvc.iterdir()) == []  # nothing copied, nothing submitted
+
+
+def test_component_cli_and_step_share_their_defaults():
+    """One default per setting, whichever door the user comes in by (the component spells its own
+    as literals: KFP runs the function's source alone)."""
+    import inspect
+
+    from components.train import train_ctr
+    from ctr_volcano.training.params import DEFAULT_POLL_S, DEFAULT_STALL_TIMEOUT_S, PVC_MOUNT_PATH
+
+    component = inspect.signature(train_ctr.python_func).parameters
+    args = _train_args("--data", "d", "--model-out", "m")
+    assert component["poll_interval_s"].default == args.poll == StepParams().poll_s == DEFAULT_POLL_S
+    assert component["stall_timeout_s"].default == StepParams().stall_timeout_s == DEFAULT_STALL_TIMEOUT_S
+    assert component["pvc_mount_path"].default == args.pvc_mount_path == PVC_MOUNT_PATH
+    for name in ("pservers", "trainers", "max_retry", "cpu", "memory", "queue", "schedule_timeout_s"):
+        assert component[name].default == getattr(StepParams(), name), name

@@ -15,8 +15,9 @@ from ctr_model.contract import ENV_INIT_MODEL
 from ctr_model.features import SCHEMA_VERSION
 from ctr_model.warm_start import WARM_START_DIR
 from ctr_volcano.errors import BadInput
-from ctr_volcano.volcano.client import KubeClient
-from ctr_volcano.volcano.step import StepParams, run_training_step
+from ctr_volcano.training.params import StepParams
+from ctr_volcano.training.step import run_training_step
+from ctr_volcano.training.volcano.client import KubeClient
 from tests.test_volcano_step import NS, fake, play_gang, pod_env, prep  # noqa: F401 (fixtures)
 
 

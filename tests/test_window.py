@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from ctr_volcano.data.prep import resolve_inputs
 from ctr_volcano.errors import BadInput
-from ctr_volcano.prep import resolve_inputs
-from ctr_volcano.window import WINDOW_FILE, copy_window, resolve_run_date, resolve_window
+from ctr_volcano.retraining.window import WINDOW_FILE, copy_window, resolve_run_date, resolve_window
 
 TODAY = dt.date(2026, 5, 17)
 

@@ -27,7 +27,7 @@ def ctr_volcano_cli(*args: str, timeout: float = 600):
 
     repo = SHIPPED_RBAC.parents[1]
     env = dict(os.environ, PYTHONPATH=str(repo))
-    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", *args], cwd=repo, env=env,
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", *args], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"ctr-volcano {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -145,7 +145,7 @@ def plain_job(name: str, *, pservers: int, trainers: int, cpu: str = "1",
 def make_spec(sandbox, name: str, output_dir: str, *, pservers: int = 2, trainers: int = 2,
               cpu: str = "1", **overrides: Any):
     """A :class:`TrainJobSpec` for this sandbox: pods pinned to its node pool, small requests."""
-    from ctr_volcano.volcano.spec import Resources, TrainJobSpec
+    from ctr_volcano.training.volcano.spec import Resources, TrainJobSpec
 
     res = Resources(cpu=cpu, memory="1Gi")
     fields: Dict[str, Any] = dict(
@@ -177,8 +177,8 @@ class LauncherThread:
                  **kwargs: Any) -> None:
         import threading
 
-        from ctr_volcano.volcano.client import KubeClient
-        from ctr_volcano.volcano.launcher import VolcanoLauncher
+        from ctr_volcano.training.volcano.client import KubeClient
+        from ctr_volcano.training.volcano.launcher import VolcanoLauncher
 
         self.lines: List[str] = []
         self.result: Any = None

@@ -13,9 +13,9 @@ import sys
 
 def main(argv=None) -> int:
     from ctr_volcano.errors import TrainingJobFailed
-    from ctr_volcano.volcano.client import KubeClient
-    from ctr_volcano.volcano.launcher import JobCancelled, VolcanoLauncher
-    from ctr_volcano.volcano.spec import Resources, TrainJobSpec
+    from ctr_volcano.training.volcano.client import KubeClient
+    from ctr_volcano.training.volcano.launcher import JobCancelled, VolcanoLauncher
+    from ctr_volcano.training.volcano.spec import Resources, TrainJobSpec
 
     args = json.loads((argv or sys.argv[1:])[0])
     fields = dict(args["spec"])

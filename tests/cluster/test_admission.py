@@ -2,7 +2,7 @@
 
 * It is registered the way a production install registers it, serves with the tier's certificate,
   and a Job of ours passes it; its defaulting changes nothing the product relies on.
-* Every Job our client-side check (:func:`ctr_volcano.volcano.manifest.validate_job`) refuses is
+* Every Job our client-side check (:func:`ctr_volcano.training.volcano.manifest.validate_job`) refuses is
   refused by the real webhook too, with the webhook's own message: the client-side check is an early,
   friendlier copy of the server's rules, not a different set.
 """
@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from ctr_volcano.volcano.manifest import build_job, validate_job
+from ctr_volcano.training.volcano.manifest import build_job, validate_job
 from tests.cluster.helpers import get_job, make_spec
 
 pytestmark = pytest.mark.cluster

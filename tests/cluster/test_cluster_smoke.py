@@ -70,7 +70,7 @@ def test_cli_reports_the_cached_build(minicluster_bin):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "minicluster", "build"],
+    out = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "minicluster", "build"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == str(minicluster_bin)

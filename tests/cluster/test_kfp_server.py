@@ -24,8 +24,8 @@ import pytest
 import requests
 import yaml
 
-from ctr_volcano import cli
-from ctr_volcano.pipeline_run import pipeline_parameters
+from ctr_volcano.app.catalogue import pipeline_parameters
+from ctr_volcano.app.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
 #: What every submit here adds: the package variant a 2.14 backend accepts.
@@ -36,7 +36,7 @@ LEGACY = "--legacy-kfp"
 def legacy_yaml(tmp_path_factory) -> Path:
     """The directory ``ctr-volcano compile --legacy-kfp --out-dir`` writes (what a 2.14 user uploads)."""
     out = tmp_path_factory.mktemp("legacy-yaml")
-    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "compile", "--legacy-kfp", "--out-dir",
+    proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "compile", "--legacy-kfp", "--out-dir",
                            str(out)], env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -33,7 +33,7 @@ def test_minicluster_up_with_process_nodes_then_train_and_evaluate(minicluster_b
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # outside pytest's 0700 tmp dirs: the pods (UID 1000) reach the claim under the workdir
     workdir = Path(tempfile.mkdtemp(prefix="ctr-minicluster-cli-"))
-    up = subprocess.Popen([sys.executable, "-m", "ctr_volcano.cli", "minicluster", "up",
+    up = subprocess.Popen([sys.executable, "-m", "ctr_volcano.app.cli.main", "minicluster", "up",
                            "--process-nodes", "2", "--workdir", str(workdir)],
                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, start_new_session=True)

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from ctr_volcano.local_gang import processes_with_env
+from ctr_volcano.training.local.gang import processes_with_env
 from tests.cluster.helpers import ctr_volcano_cli as _cli
 from tests.cluster.helpers import get_job, job_phase, wait_for
 
@@ -39,7 +39,7 @@ def _claim(sandbox, tmp_path: Path, name: str = "ctr-data") -> Path:
     """The shipped RWX claim, bound by KCM's binder to a hostPath volume on ``tmp_path/claim``."""
     from kubernetes import client
 
-    from ctr_volcano.volcano.handoff import build_pvc
+    from ctr_volcano.training.volcano.handoff import build_pvc
 
     # Outside pytest's 0700 tmp dirs: the pods (UID 1000) reach the claim at the very same path.
     host_dir = Path(tempfile.mkdtemp(prefix=f"ctr-claim-{sandbox.namespace}-"))
@@ -225,7 +225,7 @@ class GangSampler:
 
 def _params(sandbox, claim: Optional[Path], job: str, **over):
     """The step's parameters: the PVC hand-off on ``claim``, or (``claim=None``) no volume at all."""
-    from ctr_volcano.volcano.step import StepParams
+    from ctr_volcano.training.params import StepParams
 
     handoff = dict(pvc_name="ctr-data", pvc_mount_path=str(claim)) if claim else {}
     fields = dict(backend="volcano", pservers=2, trainers=2, epochs=2, batch_size=512,
@@ -246,7 +246,7 @@ def _evaluate_auc(model: Path, prep: str, out: Path) -> float:
 def test_gang_trains_for_real(sandbox, tmp_path, planted):
     """Scenario a (+ f): ``run_training_step(backend="volcano")`` trains a 2x2 gang of real Paddle
     processes through the PVC hand-off; the model scores within 0.02 AUC of the planted oracle."""
-    from ctr_volcano.volcano.step import run_training_step
+    from ctr_volcano.training.step import run_training_step
 
     sandbox.add_process_nodes(2)
     claim = _claim(sandbox, tmp_path)
@@ -291,7 +291,7 @@ def test_gang_trains_through_the_object_store(sandbox, tmp_path, planted, s3_ser
     from kubernetes import client
 
     from ctr_model import store as s3
-    from ctr_volcano.volcano.step import run_training_step
+    from ctr_volcano.training.step import run_training_step
 
     ns, job = sandbox.namespace, f"ctr-s3-{data_from[0]}"
     sandbox.add_process_nodes(2)
@@ -365,7 +365,7 @@ def test_sigkill_restarts_the_gang_from_its_checkpoint(sandbox, tmp_path, plante
     with 137, Volcano restarts the Job, the new gang resumes from the checkpoint on the claim and
     completes; the step's record names the killed pod and its exit code."""
     from ctr_model import checkpoint as ckpt
-    from ctr_volcano.volcano.step import run_training_step
+    from ctr_volcano.training.step import run_training_step
 
     sandbox.add_process_nodes(2)
     claim = _claim(sandbox, tmp_path)
@@ -416,7 +416,7 @@ def test_sigterm_to_the_step_removes_the_gang(sandbox, tmp_path, planted):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with GangSampler(job) as sampler, open(tmp_path / "train.log", "w") as fh:
         step = subprocess.Popen(
-            [sys.executable, "-m", "ctr_volcano.cli", "train", "--backend", "volcano",
+            [sys.executable, "-m", "ctr_volcano.app.cli.main", "train", "--backend", "volcano",
              "--kubeconfig", sandbox.launcher_kubeconfig, "--namespace", sandbox.namespace,
              "--pvc-name", "ctr-data", "--pvc-mount-path", str(claim), "--data", planted["prep"],
              "--model-out", str(tmp_path / "model"), "--job-name", job, "--image", IMAGE,

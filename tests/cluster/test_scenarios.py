@@ -1,6 +1,6 @@
 """The launcher against a real Volcano: the eight scenarios of the cluster tier.
 
-Every scenario drives the product's own :class:`~ctr_volcano.volcano.launcher.VolcanoLauncher` (in a
+Every scenario drives the product's own :class:`~ctr_volcano.training.volcano.launcher.VolcanoLauncher` (in a
 thread, or as its own process where a signal or a kill is the point), authenticated as the
 launcher's ServiceAccount bound to the shipped Role (scenario 8 checks that this identity is not an
 admin). Real vc-scheduler and vc-controller-manager decide; kwok plays the nodes, and the test plays

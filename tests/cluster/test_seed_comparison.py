@@ -2,7 +2,7 @@
 
 Two jobs of 2 pservers + 2 trainers, submitted together onto process nodes with 6 pod slots:
 
-* deployed the Kubernetes-native way (:func:`ctr_volcano.volcano.native.build_native`: pserver
+* deployed the Kubernetes-native way (:func:`bench.native.build_native`: pserver
   ReplicaSets + an Indexed trainer Job, placed pod by pod by the real kube-scheduler), a job shows
   partial placement: some of its pods Running while a peer stays Pending, for longer than a bound;
 * deployed as Volcano Jobs by the product's training step, no job is ever partially placed for
@@ -70,10 +70,10 @@ def test_native_pair_places_partially_the_volcano_pair_never_and_both_volcano_jo
         sandbox, tmp_path, planted):
     from kubernetes import client, utils
 
-    from ctr_volcano.volcano.handoff import prepare_run_dir
-    from ctr_volcano.volcano.native import build_native
-    from ctr_volcano.volcano.spec import PvcVolume, Resources, TrainJobSpec
-    from ctr_volcano.volcano.step import run_training_step
+    from bench.native import build_native
+    from ctr_volcano.training.step import run_training_step
+    from ctr_volcano.training.volcano.handoff import prepare_run_dir
+    from ctr_volcano.training.volcano.spec import PvcVolume, Resources, TrainJobSpec
 
     cluster = sandbox.cluster
     cluster.start_kube_scheduler()

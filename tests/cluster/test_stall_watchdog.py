@@ -1,7 +1,7 @@
 """Scenario d: a trainer that hangs (SIGSTOP) on real process nodes.
 
 Volcano sees a healthy Running pod; only the launcher's stall watchdog (log recency, see
-:mod:`ctr_volcano.volcano.stall`) notices. The step must fail within the stall timeout naming the
+:mod:`ctr_volcano.training.volcano.stall`) notices. The step must fail within the stall timeout naming the
 stopped trainer's pod, and the Job and every process of the gang must be gone (checked on the
 process table: a stopped process ignores SIGTERM until it is killed).
 """
@@ -25,7 +25,7 @@ STALL_S = 30
 
 
 def test_a_stopped_trainer_fails_the_step_naming_it_and_the_gang_is_gone(sandbox, tmp_path, planted):
-    from ctr_volcano.volcano.step import run_training_step
+    from ctr_volcano.training.step import run_training_step
 
     sandbox.add_process_nodes(2)
     claim = _claim(sandbox, tmp_path)

@@ -40,7 +40,7 @@ def _workspace_claim(sandbox, name: str) -> None:
     persistent-volume binder to a hostPath volume reserved for it; returns once it is Bound."""
     from kubernetes import client
 
-    from ctr_volcano.volcano.handoff import build_pvc
+    from ctr_volcano.training.volcano.handoff import build_pvc
 
     ns = sandbox.namespace
     core = client.CoreV1Api(sandbox.api())
@@ -72,8 +72,9 @@ def _drop_claim(core, ns: str, name: str, pv_name: str) -> None:
 
 
 def _spec(sandbox, name: str, output_dir: str, task_config):
-    from ctr_volcano.volcano.step import StepParams, build_spec
-    from ctr_volcano.volcano.task_config import TaskPodConfig
+    from ctr_volcano.training.params import StepParams
+    from ctr_volcano.training.task_config import TaskPodConfig
+    from ctr_volcano.training.volcano.backend import build_spec
 
     params = StepParams(backend="volcano", namespace=sandbox.namespace, image="example.invalid/ctr-trainer:kwok",
                         workspace_path="/kfp-workspace", task_config=TaskPodConfig.from_kfp(task_config),
@@ -86,8 +87,8 @@ def test_gang_from_a_task_config_lands_only_on_the_tainted_labelled_nodes(cluste
     from kfp import dsl
     from kubernetes import client
 
-    from ctr_volcano.volcano.client import KubeClient
-    from ctr_volcano.volcano.step import check_claims
+    from ctr_volcano.training.volcano.backend import check_claims
+    from ctr_volcano.training.volcano.client import KubeClient
 
     api, ns = sandbox.api(), sandbox.namespace
     core = client.CoreV1Api(api)

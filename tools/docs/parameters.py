@@ -3,7 +3,7 @@
 The docstrings are the single source: KFP shows them in its UI, and this page renders them for readers
 of the repository. Types and defaults come from the components' own specs (what KFP compiles), the
 meaning of each parameter from its Google-style ``Args:`` entry. The set of pipelines and components is
-``ctr_volcano.pipeline_run.compiled_files()``, the same set ``ctr-volcano compile`` writes.
+``ctr_volcano.app.compile.compiled_files()``, the same set ``ctr-volcano compile`` writes.
 
     python tools/docs/parameters.py            # regenerate docs/parameters.md
     python tools/docs/parameters.py --check    # exit 1 if the committed page is stale
@@ -106,7 +106,7 @@ def _section(rel: str, comp: Any, legacy: Any) -> List[str]:
 
 def render() -> str:
     """The whole page, from the docstrings of every compiled pipeline and component."""
-    from ctr_volcano.pipeline_run import compiled_files
+    from ctr_volcano.app.compile import compiled_files
 
     files: Dict[str, Any] = compiled_files()
     legacy: Dict[str, Any] = compiled_files(legacy=True)

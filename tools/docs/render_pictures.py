@@ -126,7 +126,7 @@ def render_report(work: Path, report: Optional[Path]) -> None:
     if report is None:
         workdir = work / "run"
         log.info("running the pipeline on data/sample (ctr-volcano run --workdir %s)", workdir)
-        subprocess.run([sys.executable, "-m", "ctr_volcano.cli", "run", "--workdir", str(workdir)], cwd=REPO,
+        subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "run", "--workdir", str(workdir)], cwd=REPO,
                        check=True, timeout=900)
         summary = json.loads((workdir / "summary.json").read_text())
         report = workdir / "report.html"

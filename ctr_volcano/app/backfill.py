@@ -1,0 +1,106 @@
+"""Back-fill: run the retraining pipeline through ``kfp.local`` once per day, oldest first.
+
+This is ``ctr-volcano run --days N``: what a recurring schedule would have done over ``N`` days, on
+this machine, with the same pipeline a cluster runs (``run_date`` set per run instead of the
+scheduled time). Each day continues the registry's champion, so the days must run in order, and each
+gets its own ``kfp.local`` session (it deletes its workspace after every run).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from ctr_model.atomic import write_json
+from ctr_volcano.errors import BadInput
+
+__all__ = ["run_backfill", "BACKFILL_FILE"]
+
+BACKFILL_FILE = "backfill.json"
+_log = logging.getLogger(__name__)
+
+
+def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "workdir",
+                 registry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None,
+                 on_day: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    """Run the retraining pipeline for ``days`` consecutive run dates starting at ``start_date``.
+
+    Args:
+        data_uri: raw data with a ``{date}`` template, e.g. ``data/days/day={date}``.
+        start_date: the first run date, ``YYYY-MM-DD``.
+        days: how many run dates.
+        workdir: gets ``runs/<run>/outputs`` per day and ``backfill.json``.
+        registry: the model registry directory; default ``WORKDIR/registry``.
+        params: other pipeline arguments (over :data:`ctr_volcano.app.local_run.LOCAL_OVERRIDES`).
+        on_day: called with each day's record as soon as the day is done.
+
+    Returns:
+        The summary written to ``WORKDIR/backfill.json``: ``registry``, ``model_name``, ``champion``
+        (the final champion's version) and ``days``: per day ``run_date``, ``version``,
+        ``published``, ``challenger_auc``, ``champion_auc``, ``champion`` (the version it was
+        compared with), ``parent`` (the version it was warm-started from), ``reason``, ``seconds``.
+
+    Raises:
+        BadInput: bad dates, counts or parameters (before any run).
+        LocalRunFailed: a day's run failed (the days before it stay registered).
+    """
+    from ctr_volcano.app.catalogue import check_param_names
+    from ctr_volcano.app.local_run import LOCAL_OVERRIDES, fresh_run_dir, run_in_kfp_local
+    from ctr_volcano.retraining.registry import ModelRegistry
+    from ctr_volcano.retraining.window import resolve_window
+
+    try:
+        first = _dt.date.fromisoformat(start_date)
+    except (TypeError, ValueError):
+        raise BadInput("--start-date", start_date, "use an ISO date, e.g. 2026-01-01") from None
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 366:
+        raise BadInput("--days", days, "use an integer in 1..366")
+    known = check_param_names(list(params or {}), "retraining", field="params")
+    args: Dict[str, Any] = {k: v for k, v in LOCAL_OVERRIDES.items() if k in known}
+    for key, value in dict(params or {}).items():
+        if key in ("run_date", "data_uri", "registry"):
+            raise BadInput("params", key, "set by run --days itself (use --start-date, --data, --registry)")
+        args[key] = value
+    window_days = int(args.get("window_days", 1))
+    window = resolve_window(data_uri, run_date=first.isoformat(), window_days=window_days)  # bad template
+    if days > 1 and window.sources == resolve_window(
+            data_uri, run_date=(first + _dt.timedelta(days=1)).isoformat(), window_days=window_days).sources:
+        raise BadInput("--data", data_uri, "every day would read the same data: put a {date} template "
+                                           "in it, e.g. DIR/day={date}")
+    work = Path(workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    registry = os.path.abspath(registry) if registry else str(work / "registry")
+    local_uri = data_uri if "://" in data_uri else os.path.abspath(data_uri)
+    model_name = args.get("model_name", known["model_name"])
+    reg = ModelRegistry(registry, model_name)
+    records: List[Dict[str, Any]] = []
+    for k in range(days):
+        run_date = (first + _dt.timedelta(days=k)).isoformat()
+        before = {v.version for v in reg.versions()}
+        _log.info("back-fill %d/%d: run date %s", k + 1, days, run_date)
+        task, seconds = run_in_kfp_local(
+            "pipelines.ctr_retraining_pipeline:ctr_retraining_pipeline_local",
+            {**args, "data_uri": local_uri, "registry": registry, "run_date": run_date},
+            fresh_run_dir(work))
+        with open(task.outputs["gate_metrics"].path) as fh:
+            gate = json.load(fh)
+        new = [v for v in reg.versions() if v.version not in before]
+        record = {"run_date": run_date, "version": new[-1].version if new else None,
+                  "published": bool(task.outputs["published"]),
+                  "challenger_auc": gate["decision"]["challenger_auc"],
+                  "champion_auc": gate["decision"]["champion_auc"],
+                  "champion": gate.get("champion_version") or None,
+                  "parent": new[-1].meta.get("parent") if new else None,
+                  "reason": gate["decision"]["reason"], "seconds": round(seconds, 1)}
+        records.append(record)
+        if on_day:
+            on_day(record)
+    champion = reg.champion()
+    summary = {"registry": registry, "model_name": model_name,
+               "champion": champion.version if champion else None, "days": records,
+               "params": args, "data_uri": local_uri}
+    write_json(str(work / BACKFILL_FILE), summary, sort_keys=True)
+    return summary

@@ -1,0 +1,1 @@
+"""CLI verbs, one module per product area (see ``ctr_volcano.app.cli.main.COMMAND_MODULES``)."""

@@ -1,0 +1,121 @@
+"""``ctr-volcano gen-data`` and ``ctr-volcano prep``: the data verbs.
+
+Thin adapters: parse flags, build the validated config, call :mod:`ctr_volcano.data.synthetic` or
+:mod:`ctr_volcano.data.prep`, print a short summary. Heavy imports happen inside the handlers so the
+CLI starts fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ctr_model.defaults import DEFAULT_HASH_BUCKETS
+
+__all__ = ["register"]
+
+
+def register(subparsers) -> None:
+    """Add ``gen-data`` and ``prep`` to the CLI."""
+    g = subparsers.add_parser(
+        "gen-data", help="write synthetic Criteo-format TSV from a planted model (+ oracle.json)",
+        description="Write Criteo-format TSV files DIR/part-*.tsv drawn from a planted logistic "
+                    "model, and DIR/oracle.json with that model's own AUC/logloss on a fresh "
+                    "sample (the best any learner can do). Deterministic for a given seed.")
+    g.add_argument("--rows", type=int, required=True, help="number of lines to write")
+    g.add_argument("--out", required=True, help="output directory")
+    g.add_argument("--seed", type=int, default=0, help="planted model and rows (default 0)")
+    g.add_argument("--files", type=int, default=1, help="number of files (default 1)")
+    g.add_argument("--gzip", type=int, default=0, metavar="LEVEL",
+                   help="write .tsv.gz at this gzip level 1-9 (default 0: plain TSV)")
+    g.add_argument("--oracle-rows", type=int, default=400_000,
+                   help="rows of the fresh sample the oracle is measured on (default 400000)")
+    g.add_argument("--vocab-scale", type=int, default=1, metavar="K",
+                   help="multiply every categorical column's vocabulary size by K (1-1000; default "
+                        "1: at most 3,000 values per column), so the distinct ids seen keep growing "
+                        "with --rows, as on real Criteo")
+    g.add_argument("--days", type=int, default=None, metavar="N",
+                   help="write N daily partitions OUT/day=YYYY-MM-DD/ of --rows lines each, from a "
+                        "planted model that drifts from day to day (per-day oracle.json)")
+    g.add_argument("--drift", type=float, default=0.3, metavar="X",
+                   help="with --days: share of the planted weights' variance replaced per day "
+                        "(default 0.3)")
+    g.add_argument("--start-date", default="2026-01-01", metavar="YYYY-MM-DD",
+                   help="with --days: the first day (default 2026-01-01)")
+    g.set_defaults(func=_gen_data)
+
+    p = subparsers.add_parser(
+        "prep", help="raw Criteo TSV -> hashed, normalised Parquet shards + stats.json",
+        description="Stream Criteo-format TSV (files, globs, directories, .gz) into "
+                    "OUT/train/part-*.parquet, OUT/test/part-*.parquet (each with schema.json) "
+                    "and OUT/stats.json. Bad lines are counted and reported with file and line; "
+                    "above --max-bad-fraction prep fails.")
+    p.add_argument("--input", nargs="+", required=True, metavar="PATH",
+                   help="input files, globs or directories")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--hash-buckets", type=int, default=DEFAULT_HASH_BUCKETS,
+                   help="hash buckets for the categorical ids (default %(default)s)")
+    p.add_argument("--test-fraction", type=float, default=0.1,
+                   help="share of lines in the test split (default 0.1)")
+    p.add_argument("--shards", type=int, default=8, help="train shards (default 8)")
+    p.add_argument("--test-shards", type=int, default=2, help="test shards (default 2)")
+    p.add_argument("--max-bad-fraction", type=float, default=0.001,
+                   help="fail if more than this share of lines is rejected (default 0.001)")
+    p.add_argument("--seed", type=int, default=42, help="train/test split seed (default 42)")
+    p.add_argument("--block-mb", type=int, default=32,
+                   help="MiB of text parsed at a time; memory is a few times this (default 32)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="processes parsing and transforming in parallel (default 0: the cores "
+                        "available); the output does not depend on it")
+    p.add_argument("--json", action="store_true", help="print the full stats as JSON")
+    p.set_defaults(func=_prep)
+
+
+def _gen_data(args: argparse.Namespace) -> int:
+    from ctr_volcano.data.synthetic import generate
+
+    if args.days is not None:
+        from ctr_volcano.data.daily import generate_days
+
+        for day in generate_days(args.out, days=args.days, rows=args.rows, drift=args.drift,
+                                 seed=args.seed, start_date=args.start_date, files=args.files,
+                                 gzip_level=args.gzip, oracle_rows=args.oracle_rows,
+                                 vocab_scale=args.vocab_scale):
+            print(f"{day['date']}: {args.rows} rows; oracle auc={day['auc']} "
+                  f"(day-0 model: {day['day0_model_auc']}) positive_rate={day['positive_rate']}")
+        return 0
+
+    oracle = generate(args.out, rows=args.rows, seed=args.seed, files=args.files,
+                      gzip_level=args.gzip, oracle_rows=args.oracle_rows,
+                      vocab_scale=args.vocab_scale)
+    print(f"wrote {args.rows} rows in {len(oracle['files'])} file(s) to {args.out}; "
+          f"oracle auc={oracle['auc']} logloss={oracle['logloss']} "
+          f"positive_rate={oracle['positive_rate']} (see {args.out}/oracle.json)")
+    return 0
+
+
+def _prep(args: argparse.Namespace) -> int:
+    from ctr_volcano.data.prep import PrepConfig, prep
+    from ctr_volcano.errors import BadInput
+
+    if args.block_mb < 1:
+        raise BadInput("--block-mb", args.block_mb, "use a positive number of MiB, e.g. 32")
+    if not 0 <= args.workers <= 1024:
+        raise BadInput("--workers", args.workers, "use 0 (the cores available) or a number of "
+                       "processes from 1 to 1024")
+    config = PrepConfig(hash_buckets=args.hash_buckets, test_fraction=args.test_fraction,
+                        shards=args.shards, test_shards=args.test_shards,
+                        max_bad_fraction=args.max_bad_fraction, seed=args.seed,
+                        block_bytes=args.block_mb << 20, workers=args.workers)
+    stats = prep(args.input, args.out, config)
+    if args.json:
+        json.dump(stats, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"rows_in={stats['rows_in']} rows_train={stats['rows_train']} "
+          f"rows_test={stats['rows_test']} rows_rejected={stats['rows_rejected']} "
+          f"positive_rate={stats['positive_rate']:.4f} in {stats['seconds']:.1f}s "
+          f"({stats['input_mb_per_s']} MB/s, {stats['workers']} workers) -> {args.out}")
+    for ex in stats["rejected_examples"][:3]:
+        print(f"  rejected {ex['file']}:{ex['line']}: {ex['reason']}")
+    return 0

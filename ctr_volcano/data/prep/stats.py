@@ -1,0 +1,105 @@
+"""Prep's counts, rejects and per-column statistics over a whole run (``stats.json``)."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Dict, List
+
+import numpy as np
+
+from ctr_model.features import RAW_COLUMNS, SCHEMA_VERSION
+from ctr_volcano.data.prep.config import PrepConfig
+from ctr_volcano.data.prep.parse import looks_like_header
+from ctr_volcano.data.prep.split import ShardSet
+from ctr_volcano.errors import BadInput
+
+__all__ = ["Accumulator"]
+
+
+class Accumulator:
+    """Counts, rejects and per-column statistics over the whole run."""
+
+    def __init__(self, config: PrepConfig):
+        self.config = config
+        self.rows_in_before = 0        # lines of all blocks seen so far (global line index base)
+        self.rows_in = 0
+        self.rows_train = 0
+        self.rows_test = 0
+        self.rows_rejected = 0
+        self.pos_train = 0
+        self.pos_test = 0
+        self.missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
+        self.by_reason: Dict[str, int] = {}
+        self.examples: List[Dict[str, Any]] = []
+        self.inputs: List[Dict[str, Any]] = []
+
+    def add_rejects(self, path: str, first_line: int, rejects, n_lines: int) -> None:
+        self.rows_in += n_lines
+        self.rows_rejected += len(rejects)
+        for i, category, detail, text in rejects:
+            if first_line + i == 1 and looks_like_header(text):
+                detail = ("a header line (column names); Criteo TSV files have none: remove it "
+                          f"(e.g. tail -n +2), first fields {text[:40].decode('utf-8', 'replace')!r}")
+            self.by_reason[category] = self.by_reason.get(category, 0) + 1
+            if len(self.examples) < self.config.max_examples:
+                self.examples.append({"file": path, "line": first_line + i, "reason": detail,
+                                      "text": text[:200].decode("utf-8", "replace")})
+        if n_lines >= 1000 and len(rejects) > n_lines // 2 and rejects:
+            i, _, detail, _ = rejects[0]
+            raise BadInput("input", f"{path}:{first_line + i}",
+                           f"{len(rejects)} of {n_lines} lines in this block are bad "
+                           f"(first: {detail}); is this a Criteo TSV file (label, 13 integer "
+                           f"and 26 categorical fields, tab-separated)?")
+
+    def add_good(self, missing: np.ndarray, train_part, test_part) -> None:
+        import pyarrow.compute as pc
+
+        self.missing += missing
+        self.rows_train += train_part.num_rows
+        self.rows_test += test_part.num_rows
+        if train_part.num_rows:
+            self.pos_train += int(pc.sum(train_part.column(0).cast("int64")).as_py() or 0)
+        if test_part.num_rows:
+            self.pos_test += int(pc.sum(test_part.column(0).cast("int64")).as_py() or 0)
+
+    def check_bad_fraction(self) -> None:
+        frac = self.rows_rejected / self.rows_in
+        if self.rows_rejected and frac > self.config.max_bad_fraction:
+            first = self.examples[0] if self.examples else {"file": "?", "line": "?",
+                                                            "reason": "?"}
+            raise BadInput(
+                "max_bad_fraction", self.config.max_bad_fraction,
+                f"{self.rows_rejected} of {self.rows_in} lines ({frac:.4%}) were rejected; "
+                f"first at {first['file']}:{first['line']}: {first['reason']}. Fix the input, "
+                f"or raise --max-bad-fraction to accept it"
+                + ("; most lines are bad: is this a Criteo TSV file (label, 13 integer and 26 "
+                   "categorical fields, tab-separated)?" if frac > 0.5 else ""))
+
+    def stats(self, train: ShardSet, test: ShardSet, seconds: float) -> Dict[str, Any]:
+        good = self.rows_train + self.rows_test
+        if self.rows_in != good + self.rows_rejected:  # a bug, never bad input
+            raise RuntimeError(f"row accounting broke: rows_in={self.rows_in} != train "
+                               f"{self.rows_train} + test {self.rows_test} + rejected "
+                               f"{self.rows_rejected}")
+        total_bytes = sum(i["bytes"] for i in self.inputs)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "hash_buckets": self.config.hash_buckets,
+            "rows_in": self.rows_in,
+            "rows_train": self.rows_train,
+            "rows_test": self.rows_test,
+            "rows_rejected": self.rows_rejected,
+            "rejected_fraction": self.rows_rejected / self.rows_in if self.rows_in else 0.0,
+            "rejected_by_reason": dict(sorted(self.by_reason.items())),
+            "rejected_examples": self.examples,
+            "positive_rate": (self.pos_train + self.pos_test) / good if good else 0.0,
+            "positive_rate_train": self.pos_train / self.rows_train if self.rows_train else 0.0,
+            "positive_rate_test": self.pos_test / self.rows_test if self.rows_test else 0.0,
+            "missing_rate": {name: (int(m) / good if good else 0.0)
+                             for name, m in zip(RAW_COLUMNS[1:], self.missing)},
+            "train_files": train.files(),
+            "test_files": test.files(),
+            "inputs": self.inputs,
+            "config": asdict(self.config),
+            "seconds": round(seconds, 3),
+            "input_mb_per_s": round(total_bytes / 1e6 / seconds, 2) if seconds > 0 else None,
+        }

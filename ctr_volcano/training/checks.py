@@ -1,0 +1,86 @@
+"""Both backends' checks of the training inputs, made before any gang starts (seconds, not hours).
+
+The training data must exist with this code's schema and enough shards for the trainers; an init
+model must be one this run can continue (schema, hash buckets, network shape, pservers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from ctr_volcano.errors import BadInput
+
+__all__ = ["TrainData", "check_train_data", "check_init_model"]
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """The training split as the boundary checks found it.
+
+    Attributes:
+        where: the split's path or ``s3://`` URI.
+        shards: how many Parquet shards it has.
+        hash_buckets: the buckets prep hashed it into (0 for data in a store: the trainers read it).
+    """
+
+    where: str
+    shards: int
+    hash_buckets: int
+
+
+def check_train_data(data_path: str, trainers: int, *, field: str, client: Any = None) -> TrainData:
+    """Both backends' checks of the training data, made before any gang starts (seconds, not hours).
+
+    The ``train`` split must exist with this code's schema and at least ``trainers`` shards; a local
+    ``test`` split (scored after training) must match it.
+
+    Args:
+        data_path: a prep output (or its train split); an ``s3://`` URI needs ``client``.
+        trainers: the gang's trainers (each takes whole shards).
+        field: the parameter that named ``data_path`` (for the error).
+        client: a :class:`ctr_model.store.Store` when ``data_path`` is in the object store.
+
+    Raises:
+        BadInput: naming ``field`` (missing, unreadable or mismatched data) or ``trainers``.
+    """
+    from ctr_model.data import DataError, check_enough_shards, resolve_split
+    from ctr_model.features import SchemaMismatch
+    from ctr_model.store import StoreError
+    from ctr_model.train import check_test_split
+
+    try:
+        if client is not None:
+            from ctr_model.workspace import remote_split
+
+            where, shards, _schema = remote_split(client, data_path, "train")
+            found = TrainData(where=where, shards=len(shards), hash_buckets=0)
+        else:
+            split = resolve_split(data_path, "train")
+            check_test_split(data_path, split)   # scored after training: a bad one must fail before it
+            found = TrainData(where=split.path, shards=len(split.files), hash_buckets=split.hash_buckets)
+    except (DataError, SchemaMismatch, StoreError) as exc:
+        raise BadInput(field, data_path, str(exc)) from None
+    try:
+        check_enough_shards(found.where, found.shards, trainers)
+    except DataError as exc:
+        raise BadInput("trainers", trainers, str(exc)) from None
+    return found
+
+
+def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
+                     data_hash_buckets: Optional[int]) -> None:
+    """Refuse, as bad input, an init model the run described by ``config`` cannot continue.
+
+    ``hash_buckets`` follows the data when the config leaves it out, as in the trainers.
+    """
+    from ctr_model.config import TrainConfig
+    from ctr_model.features import SCHEMA_VERSION
+    from ctr_model.warm_start import WarmStartError, check_compatible, read_init_model
+
+    full = TrainConfig.from_dict(config).to_dict()
+    if "hash_buckets" not in config and data_hash_buckets:
+        full["hash_buckets"] = data_hash_buckets
+    try:
+        check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION)
+    except WarmStartError as exc:
+        raise BadInput("init_model", init_model, str(exc)) from None

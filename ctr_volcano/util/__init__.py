@@ -1,0 +1,3 @@
+"""Small helpers every capability uses (output directories checked at the boundary)."""
+
+__all__: list[str] = []
