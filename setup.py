@@ -1,21 +1,30 @@
 """Kubeflow Pipelines components for distributed CTR training with PaddlePaddle on Volcano."""
 from setuptools import find_packages, setup
 
-# Pinned: paddlepaddle 3.x wheels lack the parameter-server core, and 2.6.2 needs numpy<2.
+# The SDK: compose, compile and submit pipelines, render Jobs and RBAC, generate data, prep and
+# evaluate. No Paddle and no upper bound on numpy or pyarrow, so it installs into a notebook without
+# moving its numpy, pyarrow or kfp (tests/test_install.py checks exactly that in a fresh venv).
 INSTALL_REQUIRES = [
-    "paddlepaddle==2.6.2",
-    "numpy==1.26.4",
-    "pandas==3.0.6",
-    "pyarrow==25.0.0",  # 26.x refuses to import with numpy<2 (which paddlepaddle 2.6.2 needs)
-    "protobuf==6.33.6",  # 7.x breaks paddlepaddle 2.6.2's DistributedStrategy (a_sync)
-    "kfp==2.17.3",
+    "numpy>=1.26",
+    "pyarrow>=25",
+    "kfp==2.17.3",             # the committed YAML is this compiler's output
     "kfp-kubernetes==2.17.3",
-    "kubernetes==30.1.0",
-    "PyYAML==6.0.3",
-    "jsonschema==4.26.0",  # `ctr-volcano render-job --check-crd` validates against the Volcano CRD
+    "kubernetes>=30.1,<31",    # kfp 2.17.3 takes < 31
+    "PyYAML>=6",
+    "jsonschema>=4.18",        # `ctr-volcano render-job --check-crd` validates against the Volcano CRD
+]
+
+# The training stack: the local backend and the trainer image (`pip install 'ctr-volcano[train]'`).
+# Of the paddlepaddle 3.x CPU wheels only 3.0.0 has the parameter-server core (3.1.0 lacks the
+# distributed lookup ops, 3.1.1-3.3.1 the whole PS core); it runs PS mode on numpy 2 with PIR off.
+TRAIN_REQUIRES = [
+    "paddlepaddle==3.0.0",
+    "numpy>=2",
+    "protobuf>=6.31.1,<7",     # 7.x breaks Paddle's DistributedStrategy (a_sync); kfp takes >= 6.31.1
 ]
 
 TEST_REQUIRES = [
+    "pandas>=2.2",             # tests compare against pandas; the package does not use it
     "pytest==9.2.0",
     "pytest-timeout==2.4.0",
     "scikit-learn==1.9.1",
@@ -42,14 +51,18 @@ setup(
     packages=find_packages(include=["ctr_volcano", "ctr_volcano.*", "ctr_model", "ctr_model.*",
                                     "components", "components.*", "pipelines", "pipelines.*"]),
     package_data={"components": ["*.yaml"], "pipelines": ["*.yaml"]},
-    # pandas 3 needs Python 3.11; 3.11 is what the code and the tests are run with
-    python_requires=">=3.11,<3.12",
+    # 3.11 is the oldest Python the code runs on (datetime.fromisoformat of "...Z"); the base install
+    # and the training stack are tested on 3.11 and 3.13 (tests/test_install.py)
+    python_requires=">=3.11",
     classifiers=[
         "Programming Language :: Python :: 3",
         "Programming Language :: Python :: 3 :: Only",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
     ],
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": TEST_REQUIRES + BENCH_REQUIRES, "bench": BENCH_REQUIRES},
+    extras_require={"train": TRAIN_REQUIRES, "test": TRAIN_REQUIRES + TEST_REQUIRES + BENCH_REQUIRES,
+                    "bench": BENCH_REQUIRES},
     entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.app.cli.main:main"]},
 )

@@ -226,3 +226,27 @@ def test_render_job_without_a_hand_off_is_refused_like_the_launcher_refuses_it(c
     rc, err = _cli(capsys, "render-job", "--namespace", "ml", "--image", "reg.local/t:1")
     assert rc == 2 and "--pvc-name" in err and "artifact_store='s3'" in err and len(err.splitlines()) == 1
 
+
+@pytest.fixture
+def without_paddle(monkeypatch):
+    """This process as the base install sees it: ``paddle`` cannot be found."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "paddle" else real(name, *a))
+
+
+def test_local_training_without_paddle_names_the_extra_before_any_work(without_paddle, tmp_path, capsys):
+    rc, err = _cli(capsys, "train", "--data", str(tmp_path / "nope"), "--model-out", str(tmp_path / "m"))
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "--backend='local'" in err and "pip install 'ctr-volcano[train]'" in err
+    assert not (tmp_path / "m").exists()   # refused before the data was even looked at
+
+
+def test_run_and_backfill_without_paddle_name_the_extra(without_paddle, tmp_path, capsys):
+    rc, err = _cli(capsys, "run", "--workdir", str(tmp_path / "w"))
+    assert rc == 2 and "pip install 'ctr-volcano[train]'" in err and len(err.splitlines()) == 1
+    rc, err = _cli(capsys, "run", "--days", "2", "--start-date", "2026-01-01", "--data", str(tmp_path / "day={date}"),
+                   "--workdir", str(tmp_path / "w"))
+    assert rc == 2 and "pip install 'ctr-volcano[train]'" in err
+    assert not (tmp_path / "w" / "summary.json").exists()

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ctr_model.atomic import write_json
 from ctr_volcano.errors import BadInput
+from ctr_volcano.util.deps import require
 
 __all__ = ["run_backfill", "BACKFILL_FILE"]
 
@@ -64,6 +65,9 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         if key in ("run_date", "data_uri", "registry"):
             raise BadInput("params", key, "set by run --days itself (use --start-date, --data, --registry)")
         args[key] = value
+    if args.get("backend") == "local":
+        require("paddle", "backend", "local", "a back-fill trains with the local backend, a Paddle gang "
+                                              "on this machine")
     window_days = int(args.get("window_days", 1))
     window = resolve_window(data_uri, run_date=first.isoformat(), window_days=window_days)  # bad template
     if days > 1 and window.sources == resolve_window(

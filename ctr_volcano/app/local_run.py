@@ -33,6 +33,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 from ctr_model.atomic import write_json
 from ctr_volcano.app.catalogue import check_param_names, default_sample_dir
 from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted
+from ctr_volcano.util.deps import require
 
 __all__ = ["LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes",
            "run_local", "run_in_kfp_local", "LocalRunOutputs", "fresh_run_dir"]
@@ -255,6 +256,9 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
         raise BadInput("data", str(data_path), fix)
     known = check_param_names(list(params or {}), field="params")
     args: Dict[str, Any] = {**LOCAL_OVERRIDES, **dict(params or {})}
+    if args["backend"] == "local":
+        require("paddle", "backend", "local", "ctr-volcano run trains with the local backend, a Paddle "
+                                              "gang on this machine")
     args["data_uri"] = str(data_path.resolve())
 
     work = Path(workdir).resolve()

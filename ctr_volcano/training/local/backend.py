@@ -24,6 +24,7 @@ from ctr_volcano.training.params import (
     local_store_env,
     train_config_of,
 )
+from ctr_volcano.util.deps import require
 from ctr_volcano.util.outputs import writable_dir
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ def train_local(data_dir: str, model_dir: str,
     from ctr_model import store as s3
     from ctr_volcano.training.local.gang import GangSpec, LocalGang
 
+    require("paddle", "backend", "local", "the local backend runs the Paddle gang on this machine "
+                                          "(or train with backend volcano)")
     log = log or logger.info
     cfg = _config_dict(config)
     env = dict(os.environ if store_env is None else store_env)
