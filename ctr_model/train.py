@@ -5,7 +5,7 @@ plugin's host lists) plus the product's ``CTR_*`` variables; :func:`ctr_model.co
 validates them and :func:`ctr_model.contract.paddle_env` derives Paddle's variables, so Paddle never
 silently falls back to a local single worker.
 
-Lifecycle (measured facts about Paddle 2.6 PS mode behind each step are in the project notes):
+Lifecycle (measured facts about Paddle 2.6 and 3.0 PS mode behind each step are in the project notes):
 
 * pserver: checks its port is free (Paddle would exit 0 silently), serves until trainer 0 stops it,
   and exits non-zero if it was stopped any other way.
@@ -719,9 +719,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.error(f"{spec.name}: error: {exc}")
         return EXIT_BAD_INPUT
     os.environ.update(paddle_env(spec))
-    from ctr_model.net import fix_proto_shadowing
+    from ctr_model.net import prepare_paddle
 
-    fix_proto_shadowing()
+    prepare_paddle()
     try:
         if spec.role == PSERVER:
             return run_pserver(spec, config, ws)
