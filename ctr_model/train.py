@@ -549,8 +549,8 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     _pull_dense(fleet)
     from ctr_model.net import dense_param_names
     scope = paddle.static.global_scope()
-    arrays = {name: np.array(scope.find_var(name).get_tensor())
-              for name in dense_param_names(config)}
+    arrays: Dict[str, Any] = {name: np.array(scope.find_var(name).get_tensor())
+                              for name in dense_param_names(config)}
     np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
     from ctr_model.infer import write_sparse_npz
     keys = write_sparse_npz(model_dir, config.embedding_dim, table_dir=last.path)
