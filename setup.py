@@ -1,13 +1,14 @@
 """Kubeflow Pipelines components for distributed CTR training with PaddlePaddle on Volcano."""
 from setuptools import find_packages, setup
 
-# Pinned: paddlepaddle 3.x wheels lack the parameter-server core, and 2.6.2 needs numpy<2.
+# Pinned: of the paddlepaddle 3.x CPU wheels only 3.0.0 has the parameter-server core (3.1.0 lacks
+# the distributed lookup ops, 3.1.1-3.3.1 the whole PS core); it runs PS mode on numpy 2 with PIR off.
 INSTALL_REQUIRES = [
-    "paddlepaddle==2.6.2",
-    "numpy==1.26.4",
+    "paddlepaddle==3.0.0",
+    "numpy==2.4.6",
     "pandas==3.0.6",
-    "pyarrow==25.0.0",  # 26.x refuses to import with numpy<2 (which paddlepaddle 2.6.2 needs)
-    "protobuf==6.33.6",  # 7.x breaks paddlepaddle 2.6.2's DistributedStrategy (a_sync)
+    "pyarrow==26.0.1",
+    "protobuf==6.33.6",  # 7.x breaks paddlepaddle 3.0.0's DistributedStrategy (a_sync)
     "kfp==2.17.3",
     "kfp-kubernetes==2.17.3",
     "kubernetes==30.1.0",
