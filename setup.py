@@ -26,6 +26,7 @@ TRAIN_REQUIRES = [
 TEST_REQUIRES = [
     "pandas>=2.2",             # tests compare against pandas; the package does not use it
     "pytest==9.2.0",
+    "packaging>=23",          # tests/test_volcano_images.py reads setup.py's specifiers
     "pytest-timeout==2.4.0",
     "scikit-learn==1.9.1",
     "nbformat==5.11.1",

@@ -63,9 +63,9 @@ def _train_queue_dataset(paddle, exe, net, config, files):
 
 def _bare_role() -> int:
     """One role of the bare PS loop; everything comes from Paddle's own variables + BENCH_* ."""
-    from ctr_model.net import fix_proto_shadowing
+    from ctr_model.net import prepare_paddle
 
-    fix_proto_shadowing()
+    prepare_paddle()
     import paddle
     import paddle.distributed.fleet as fleet
 
@@ -101,9 +101,9 @@ def _bare_role() -> int:
 
 
 def _single_role() -> int:
-    from ctr_model.net import fix_proto_shadowing
+    from ctr_model.net import prepare_paddle
 
-    fix_proto_shadowing()
+    prepare_paddle()
     import paddle
 
     from ctr_model.config import TrainConfig

@@ -15,11 +15,42 @@ from ctr_model.config import TrainConfig
 from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
 
 __all__ = ["EMBEDDING_NAME", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "dense_param_names",
-           "fix_proto_shadowing", "make_optimizer"]
+           "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
 
 EMBEDDING_NAME = "SparseFeatFactors"
 DENSE_INPUT = "dense_input"
 LABEL_INPUT = "label"
+
+
+#: Paddle flags parameter-server mode needs, read by Paddle from the environment once, when it is
+#: first imported. Paddle 3 builds static programs in PIR by default, where ``sparse_embedding``
+#: fails (``bool(Tensor) is not supported in static graph mode``) and fleet's PS passes rewrite only
+#: the legacy program; PaddleRec turns PIR off in PS mode for Paddle 3.0 the same way. Paddle 2.6
+#: knows the flag and has it off already.
+PADDLE_FLAGS = {"FLAGS_enable_pir_api": "0"}
+
+
+def prepare_paddle() -> None:
+    """Set :data:`PADDLE_FLAGS`, import Paddle and put its ``proto`` package first.
+
+    Call it before anything imports Paddle in a process that builds PS programs.
+
+    Raises:
+        RuntimeError: Paddle was imported already with PIR on (the flags come too late).
+    """
+    import os
+    import sys
+
+    os.environ.update(PADDLE_FLAGS)
+    already = "paddle" in sys.modules
+    fix_proto_shadowing()
+    if already:
+        import paddle.base.framework as framework
+
+        if framework.get_flags("FLAGS_enable_pir_api")["FLAGS_enable_pir_api"]:
+            raise RuntimeError("Paddle was imported with PIR on before ctr_model.net.prepare_paddle(): "
+                               "call it before the first `import paddle`, or set FLAGS_enable_pir_api=0 "
+                               "in the environment")
 
 
 def fix_proto_shadowing() -> None:

@@ -5,7 +5,7 @@ plugin's host lists) plus the product's ``CTR_*`` variables; :func:`ctr_model.co
 validates them and :func:`ctr_model.contract.paddle_env` derives Paddle's variables, so Paddle never
 silently falls back to a local single worker.
 
-Lifecycle (measured facts about Paddle 2.6 PS mode behind each step are in the project notes):
+Lifecycle (measured facts about Paddle 2.6 and 3.0 PS mode behind each step are in the project notes):
 
 * pserver: checks its port is free (Paddle would exit 0 silently), serves until trainer 0 stops it,
   and exits non-zero if it was stopped any other way.
@@ -548,8 +548,8 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     _pull_dense(fleet)
     from ctr_model.net import dense_param_names
     scope = paddle.static.global_scope()
-    arrays = {name: np.array(scope.find_var(name).get_tensor())
-              for name in dense_param_names(config)}
+    arrays: Dict[str, Any] = {name: np.array(scope.find_var(name).get_tensor())
+                              for name in dense_param_names(config)}
     np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
     from ctr_model.infer import write_sparse_npz
     keys = write_sparse_npz(model_dir, config.embedding_dim, table_dir=last.path)
@@ -718,9 +718,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.error(f"{spec.name}: error: {exc}")
         return EXIT_BAD_INPUT
     os.environ.update(paddle_env(spec))
-    from ctr_model.net import fix_proto_shadowing
+    from ctr_model.net import prepare_paddle
 
-    fix_proto_shadowing()
+    prepare_paddle()
     try:
         if spec.role == PSERVER:
             return run_pserver(spec, config, ws)

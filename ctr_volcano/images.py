@@ -12,7 +12,7 @@ import os
 
 __all__ = ["TRAINER_IMAGE", "COMPONENT_IMAGE", "trainer_image", "component_image"]
 
-#: Training runtime: paddlepaddle 2.6.2 + ctr_model only (no kfp: its proto-plus shadows Paddle's proto).
+#: Training runtime: paddlepaddle + ctr_model only (no kfp: its proto-plus shadows Paddle's proto).
 TRAINER_IMAGE = "localhost:5000/ctr-volcano/ctr-trainer:0.1.0"
 #: Component image: this package + kfp + kubernetes client (launcher, prep, evaluation).
 COMPONENT_IMAGE = "localhost:5000/ctr-volcano/ctr-component:0.1.0"

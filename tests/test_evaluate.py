@@ -54,7 +54,7 @@ def test_roc_curve_matches_sklearn_points():
     np.testing.assert_allclose([q["threshold"] for q in pts][1:], thr[1:])
     assert all(np.isfinite(q["threshold"]) for q in pts)
     # trapezoid area under the full curve equals the rank AUC
-    assert np.trapz(tpr, fpr) == pytest.approx(ev.auc(y, p), abs=1e-9)
+    assert np.trapezoid(tpr, fpr) == pytest.approx(ev.auc(y, p), abs=1e-9)
 
 
 def test_roc_curve_is_thinned_but_keeps_endpoints():

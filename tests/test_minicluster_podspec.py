@@ -154,7 +154,7 @@ def test_trainer_dockerfile_is_read_for_its_pins_and_defaults():
     df = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
     assert df.base_python == "3.11"
     pins = [a for args in df.pip_args for a in args]
-    assert "paddlepaddle==2.6.2" in pins and not any(p.startswith("pandas") for p in pins)
+    assert "paddlepaddle==3.0.0" in pins and not any(p.startswith("pandas") for p in pins)
     assert ("ctr_model/", "/opt/ctr/ctr_model/") in df.copies
     assert dict(df.env)["PYTHONPATH"] == "/opt/ctr" and df.user == "1000:1000" and df.workdir == "/home/ctr"
     assert any("apt-get install" in s for s in df.skipped)   # reported as not reproduced
