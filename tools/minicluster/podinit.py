@@ -48,10 +48,14 @@ def _ensure_target(target: str, is_dir: bool, created: List[str]) -> None:
     parent = os.path.dirname(target.rstrip("/")) or "/"
     if not os.path.isdir(parent):
         _ensure_target(parent, True, created)
-    if is_dir:
-        os.mkdir(target, 0o755)
-    else:
-        open(target, "a").close()
+    try:
+        if is_dir:
+            os.mkdir(target, 0o755)
+        else:
+            with open(target, "x"):
+                pass
+    except FileExistsError:   # another pod's container made it first
+        return
     created.append(target)
 
 
@@ -66,6 +70,8 @@ def main(argv: List[str]) -> int:
     with open(argv[1], encoding="utf-8") as fh:
         plan = json.load(fh)
     created: List[str] = []
+    # opened now: the container's own /tmp may hide where it lives
+    created_log = open(plan["created_file"], "a", encoding="utf-8")
     # 1. every bind source, opened before anything is hidden
     binds = [dict(b, fd=os.open(b["source"], os.O_PATH), is_dir=os.path.isdir(b["source"]))
              for b in plan["binds"] if not b.get("tmpfs")]
@@ -94,7 +100,7 @@ def main(argv: List[str]) -> int:
             os.makedirs(path, exist_ok=True)
             if uid is not None:
                 os.chown(path, uid, gid if gid is not None else uid)
-    with open(plan["created_file"], "a", encoding="utf-8") as fh:
+    with created_log as fh:
         fh.writelines(p + "\n" for p in created if not any(
             p == r["target"] or p.startswith(r["target"].rstrip("/") + "/") for r in plan["tmpfs"]))
     if gid is not None:
