@@ -26,7 +26,7 @@ import threading
 from concurrent import futures
 from typing import Any, Callable, List, Optional
 
-__all__ = ["SERVICE", "connection_config", "BytesFront", "main"]
+__all__ = ["SERVICE", "connection_config", "grpc_status", "BytesFront", "main"]
 
 LOG = logging.getLogger("mlmd_front")
 SERVICE = "ml_metadata.MetadataStoreService"
@@ -57,6 +57,13 @@ def connection_config(sqlite: Optional[str], mysql: Optional[str]) -> Any:
     return config
 
 
+def grpc_status(code: int) -> Any:
+    """The ``grpc.StatusCode`` of an MLMD status code (absl's codes, which are gRPC's by number)."""
+    import grpc
+
+    return next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
+
+
 class BytesFront:
     """Dispatches raw gRPC calls of :data:`SERVICE` to the library (see the module docstring).
 
@@ -64,11 +71,13 @@ class BytesFront:
         library: the pybind module (``metadata_store_extension.metadata_store``) or anything with
             the same ``Method(store, request_bytes) -> [response_bytes, message, code]`` functions.
         store: the handle ``library.CreateMetadataStore`` returned.
+        status_of: MLMD status code -> the gRPC status to abort with (default :func:`grpc_status`).
     """
 
-    def __init__(self, library: Any, store: Any) -> None:
+    def __init__(self, library: Any, store: Any, status_of: Optional[Callable[[int], Any]] = None) -> None:
         self.library = library
         self.store = store
+        self.status_of = status_of or grpc_status
         self.lock = threading.Lock()
         self.calls = 0
 
@@ -83,13 +92,9 @@ class BytesFront:
                 self.calls += 1
                 response, message, code = fn(self.store, request)
             if code != 0:
-                import grpc
-
                 text = message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
                 LOG.info("%s: status %s: %s", name, code, text)
-                # MLMD's status codes are absl's, which are gRPC's codes by number.
-                status = next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
-                context.abort(status, text)
+                context.abort(self.status_of(code), text)
             return response
 
         return handle
