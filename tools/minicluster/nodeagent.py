@@ -313,9 +313,11 @@ class Agent:
                 return self.prepared[image]
             if repo in self.binary_images:
                 # a Go program's image: its binaries, built on the host, first on PATH
+                # (bound read-only: it may live under the host's /root, which the pod sees as its own)
                 bin_dir = self.binary_images[repo]
                 prepared = PreparedImage(podspec.ImageDefaults(env={
-                    "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}))
+                    "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}),
+                    binds=({"source": str(bin_dir), "target": str(bin_dir), "read_only": True},))
             elif repo in self.images:
                 img = image_env.prepare_image(image, self.images[repo], self.context_dir, self.workdir / "rootfs")
                 binds = ({"source": str(img.base_prefix), "target": str(img.base_prefix), "read_only": True},
