@@ -696,12 +696,13 @@ class MiniCluster:
         from kubernetes import client
 
         ext = client.ApiextensionsV1Api(self.api_client())
-        crd = yaml.safe_load(_kwok_crd_file("logs").read_text())
-        ext.create_custom_resource_definition(crd)
-        self._wait("kwok's Logs CRD Established", lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])),
-            deadline, "kube-apiserver")
+        for plural in ("logs", "execs"):
+            crd = yaml.safe_load(_kwok_crd_file(plural).read_text())
+            ext.create_custom_resource_definition(crd)
+            self._wait(f"kwok's {plural} CRD Established", lambda name=crd["metadata"]["name"]: any(
+                c.type == "Established" and c.status == "True"
+                for c in (ext.read_custom_resource_definition(name).status.conditions or [])),
+                deadline, "kube-apiserver")
         home = self.workdir / "kwok-process-home"
         home.mkdir(exist_ok=True)
         port = _free_port()
@@ -709,7 +710,9 @@ class MiniCluster:
         # them alone).
         self._spawn("kwok-process", [
             "kwok", f"--kubeconfig={self.kubeconfig}", f"--config={HERE / 'kwok-node-stage.yaml'}",
-            "--enable-crds=Logs",
+            # Exec: only for the pods the agent publishes an Exec object for (Argo's, whose
+            # containers' kill commands it names); see nodeagent.py
+            "--enable-crds=Logs,Exec",
             "--manage-nodes-with-label-selector=type=process", "--node-ip=127.0.0.1",
             f"--node-port={port}", f"--server-address=127.0.0.1:{port}", "--cidr=10.241.0.0/16",
             "--node-lease-duration-seconds=0",

@@ -65,6 +65,9 @@ ANN_MESSAGE = "minicluster.process/message"
 ANN_NETNS = "minicluster.process/netns"
 ANN_PID = "minicluster.process/pid"
 PROCESS_NODE_LABEL = "type=process"
+#: Argo's label on its workflow pods, and its per-container kill command annotation (prefix).
+ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+ARGO_KILL_CMD = "workflows.argoproj.io/kill-cmd-"
 SUBNET = "10.88"
 
 
@@ -428,7 +431,10 @@ class Agent:
             f"search {run.namespace}.svc.cluster.local svc.cluster.local cluster.local\n"
             "nameserver 127.0.0.1\noptions ndots:5 attempts:1 timeout:1\n")
         self._create_logs_object(pod, run)
-        self._annotate(run, {ANN_POD_IP: ip, ANN_NETNS: netns})
+        annotations = {ANN_POD_IP: ip, ANN_NETNS: netns}
+        if ARGO_WORKFLOW_LABEL in (meta.get("labels") or {}):
+            annotations.update(self._argo_kill_commands(pod, run))
+        self._annotate(run, annotations)
         threading.Thread(target=self._supervise, args=(run, files), daemon=True,
                          name=f"pod-{run.name}").start()
 
@@ -543,6 +549,24 @@ class Agent:
             if exc.status not in (404, 409, 422):
                 raise
             LOG.info("pod %s/%s: status not written (%s)", run.namespace, run.name, exc.status)
+
+    def _argo_kill_commands(self, pod: Dict[str, Any], run: PodRun) -> Dict[str, str]:
+        """For an Argo pod: Argo's per-container kill command (``podsignal.py``, run by kwok's exec on
+        the host) and the kwok ``Exec`` object that lets kwok serve ``pods/exec`` for this pod only.
+
+        Argo signals a stopped or terminated workflow's containers through ``pods/exec``; without
+        this the signal never reaches a process node's pod."""
+        meta = pod["metadata"]
+        names = [c.name for c in run.regular]
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                                  "uid": meta["uid"]}]},
+                "spec": {"execs": [{"containers": names, "local": {}}]}}
+        self.co.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"], "execs", body)
+        return {f"{ARGO_KILL_CMD}{name}": json.dumps(
+            [sys.executable, str(HERE / "podsignal.py"), str(run.dir / f"{name}.pid"), run.netns, "%d"])
+            for name in names}
 
     def _create_logs_object(self, pod: Dict[str, Any], run: PodRun) -> None:
         from kubernetes import client
