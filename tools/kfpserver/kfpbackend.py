@@ -51,12 +51,12 @@ MLMD_REQUIREMENTS = ("ml-metadata==1.17.1", "protobuf==4.25.9", "grpcio==1.85.3"
                      "attrs==23.2.0", "six==1.17.0")
 ARGO_VERSION = "v3.6.7"
 KFP_VERSION = "2.14.3"
-#: The images KFP 2.14.3's manifests name; the process nodes map each (by its last path segment) to
-#: the host binaries of ``build.sh``.
+#: The images of KFP 2.14.3's manifests (named here without their registry); the process nodes map
+#: each, by its last path segment, to the host binaries of ``build.sh``.
 IMAGES = {
-    "argoexec": f"quay.io/argoproj/argoexec:{ARGO_VERSION}",
-    "kfp-driver": f"ghcr.io/kubeflow/kfp-driver:{KFP_VERSION}",
-    "kfp-launcher": f"ghcr.io/kubeflow/kfp-launcher:{KFP_VERSION}",
+    "argoexec": f"argoproj/argoexec:{ARGO_VERSION}",
+    "kfp-driver": f"kubeflow/kfp-driver:{KFP_VERSION}",
+    "kfp-launcher": f"kubeflow/kfp-launcher:{KFP_VERSION}",
 }
 #: Where KFP 2.14.3's persistence agent reads its token (``client/token_refresher.go``).
 PERSISTENCE_TOKEN = "/var/run/secrets/kubeflow/tokens/persistenceagent-sa-token"
