@@ -199,3 +199,23 @@ def test_trainer_dockerfile_is_read_for_its_pins_and_defaults():
     assert any("apt-get install" in s for s in df.skipped)   # reported as not reproduced
     assert image_env.image_repository("localhost:5000/ctr-volcano/ctr-trainer:0.1.0") == "ctr-trainer"
     assert image_env.image_repository("reg/ctr-trainer@sha256:abc") == "ctr-trainer"
+
+
+def test_a_local_install_is_keyed_on_its_sources(tmp_path):
+    """`pip install .` (or `.[extra]`) in a WORKDIR installs the COPY'd sources: they resolve against
+    that WORKDIR and their bytes are part of the venv's key, so a changed package is never stale."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("A = 1\n")
+    (tmp_path / "setup.py").write_text("")
+    df_path = tmp_path / "Dockerfile"
+    df_path.write_text("FROM python:3.11-slim\nWORKDIR /opt/app\nCOPY setup.py ./\nCOPY pkg/ pkg/\n"
+                       'RUN pip install ".[train]" && app --help\nWORKDIR /\n')
+    df = image_env.parse_dockerfile(df_path)
+    assert df.copies == (("setup.py", "/opt/app/"), ("pkg/", "/opt/app/pkg/"))
+    assert df.pip_args == ((".[train]",),) and df.pip_dirs == ("/opt/app",) and df.local_installs
+    assert df.workdir == "/"
+    before = image_env._venv_key(df, tmp_path)
+    (tmp_path / "pkg" / "mod.py").write_text("A = 2\n")
+    assert image_env._venv_key(df, tmp_path) != before
+    trainer = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
+    assert not trainer.local_installs

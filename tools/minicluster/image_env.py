@@ -77,8 +77,10 @@ class Dockerfile:
 
     @property
     def local_installs(self) -> bool:
-        """Whether a ``pip install`` line installs a local path (``.``, ``./pkg``, ``/opt/src``)."""
-        return any(a == "." or a.startswith(("./", "/")) for args in self.pip_args for a in args)
+        """Whether a ``pip install`` line installs a local path (``.``, ``.[extra]``, ``./pkg``,
+        ``/opt/src``)."""
+        paths = (re.sub(r"\[[^\]]*\]$", "", a) for args in self.pip_args for a in args)
+        return any(a == "." or a.startswith(("./", "/")) for a in paths)
 
 
 def _logical_lines(text: str) -> List[str]:
