@@ -39,7 +39,7 @@ NAMESPACE = "kubeflow"
 SAMPLE = REPO / "data" / "sample"
 #: The training pipeline's default data_uri is minio://mlpipeline/ctr-volcano/data/sample.
 SAMPLE_KEY = "ctr-volcano/data/sample"
-#: What the sample needs (ctr_volcano.pipeline_run.LOCAL_OVERRIDES): the pipeline's cluster default,
+#: What the sample needs (ctr_volcano.app.local_run.LOCAL_OVERRIDES): the pipeline's cluster default,
 #: 512 rows x 2 epochs, makes too few steps on 180k rows (test AUC 0.747 against the oracle's 0.775).
 SAMPLE_TRAINING = ("-p", "batch_size=32", "-p", "epochs=1")
 
