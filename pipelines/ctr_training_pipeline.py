@@ -113,7 +113,11 @@ def ctr_training_pipeline(
         from the training and evaluation steps.
     """
     raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
-    raw.set_display_name("raw data")
+    if pvc_name is None:
+        # Not in the legacy variant: a KFP 2.14.3 importer records its display name as its task
+        # name in ML Metadata, and the next task's driver then finds no task "importer"
+        # ("cannot find producer task"): every run failed before prep on a real 2.14.3 backend.
+        raw.set_display_name("raw data")
     prep = prepare_ctr_data(
         raw_data=raw.output, hash_buckets=hash_buckets, test_fraction=test_fraction, shards=shards,
         max_bad_fraction=max_bad_fraction, seed=seed)

@@ -37,12 +37,22 @@ def _pod(container=None, **spec):
                      "subdomain": "job", **spec}}
 
 
-def _render(pod, lookups=None, **kw):
-    args = dict(image_env={"PATH": "/venv/bin:/usr/bin", "HOME": "/home/ctr", "PYTHONPATH": "/opt/ctr"},
-                image_cmd=("python", "-m", "default"), image_workdir="/home/ctr", image_user=(1000, 1000),
-                lookups=lookups or _lookups(), pod_ip="10.88.0.7", node_ip="127.0.0.1")
+_TRAINER = podspec.ImageDefaults(env={"PATH": "/venv/bin:/usr/bin", "HOME": "/home/ctr", "PYTHONPATH": "/opt/ctr"},
+                                 cmd=("python", "-m", "default"), workdir="/home/ctr", user=(1000, 1000))
+
+
+def _render_pod(pod, lookups=None, image=_TRAINER, **kw):
+    args = dict(images=lambda ref: image, lookups=lookups or _lookups(), pod_ip="10.88.0.7",
+                node_ip="127.0.0.1")
     args.update(kw)
     return podspec.render_pod(pod, **args)
+
+
+def _render(pod, lookups=None, image=_TRAINER, **kw):
+    """The plan of the pod's only container."""
+    plan = _render_pod(pod, lookups, image, **kw)
+    assert not plan.init and len(plan.containers) == 1
+    return plan.containers[0]
 
 
 def test_env_sources_and_expansion():
@@ -76,10 +86,9 @@ def test_missing_references_wait_and_unsupported_fields_fail():
         _render(_pod(volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]))
     with pytest.raises(podspec.PodSpecError, match="resourceFieldRef"):
         _render(_pod({"env": [{"name": "C", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}))
-    two = _pod()
-    two["spec"]["containers"].append(dict(two["spec"]["containers"][0], name="side"))
-    with pytest.raises(podspec.PodSpecError, match="exactly one container"):
-        _render(two)
+    sidecar = _pod(initContainers=[{"name": "s", "image": "x", "command": ["a"], "restartPolicy": "Always"}])
+    with pytest.raises(podspec.PodSpecError, match="sidecar"):
+        _render_pod(sidecar)
     with pytest.raises(podspec.PodSpecError, match="runAsNonRoot"):
         _render(_pod(securityContext={"runAsNonRoot": True, "runAsUser": 0}))
 
@@ -120,8 +129,38 @@ def test_volumes_and_mounts():
 def test_command_defaults_come_from_the_image():
     plan = _render(_pod({"command": None}))
     assert plan.argv == ("python", "-m", "default")
-    plan = _render(_pod({"command": None, "args": ["a", "b"]}), image_user=None)
+    plan = _render(_pod({"command": None, "args": ["a", "b"]}),
+                   image=podspec.ImageDefaults(env={}, cmd=("python", "-m", "default")))
     assert plan.argv == ("a", "b") and plan.uid is None
+
+
+def test_init_containers_and_containers_each_get_their_own_plan():
+    """An Argo-shaped pod: an init container, a main and a wait container, each with its own image,
+    sharing the pod's emptyDirs (one volume name each), the wait container's /tmp a subPath."""
+    pod = _pod({"name": "main", "image": "reg/ctr-component:1", "command": ["/var/run/argo/argoexec", "emissary"],
+                "volumeMounts": [{"name": "var-run-argo", "mountPath": "/var/run/argo"}]},
+               initContainers=[{"name": "init", "image": "quay/argoexec:v3", "command": ["argoexec", "init"],
+                                "volumeMounts": [{"name": "var-run-argo", "mountPath": "/var/run/argo"}]}],
+               volumes=[{"name": "var-run-argo", "emptyDir": {}}, {"name": "tmp-dir-argo", "emptyDir": {}}])
+    pod["spec"]["containers"].append({
+        "name": "wait", "image": "quay/argoexec:v3", "command": ["argoexec", "wait"],
+        "env": [{"name": "ARGO_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
+        "volumeMounts": [{"name": "var-run-argo", "mountPath": "/var/run/argo"},
+                         {"name": "tmp-dir-argo", "mountPath": "/tmp", "subPath": "0"}]})
+    images = {"quay/argoexec:v3": podspec.ImageDefaults(env={"PATH": "/go/bin"}),
+              "reg/ctr-component:1": _TRAINER}
+    plan = _render_pod(pod, images=images.__getitem__,
+                       service_env={"KUBERNETES_SERVICE_HOST": "10.88.0.1", "KUBERNETES_SERVICE_PORT": "443"})
+    assert [p.container for p in plan.init] == ["init"]
+    assert [p.container for p in plan.containers] == ["main", "wait"]
+    init, main, wait = plan.all
+    assert init.argv == ("argoexec", "init") and dict(init.env)["PATH"] == "/go/bin"
+    assert dict(main.env)["PYTHONPATH"] == "/opt/ctr" and main.uid == 1000 and wait.uid is None
+    assert dict(wait.env)["ARGO_POD_UID"] == "u-1"
+    assert all(dict(p.env)["KUBERNETES_SERVICE_HOST"] == "10.88.0.1" for p in plan.all)
+    shared = {(p.container, m.target): (m.volume, m.sub_path) for p in plan.all for m in p.mounts}
+    assert shared[("init", "/var/run/argo")] == shared[("wait", "/var/run/argo")] == ("var-run-argo", "")
+    assert shared[("wait", "/tmp")] == ("tmp-dir-argo", "0")
 
 
 def test_hosts_file_names_peers_like_cluster_dns():
@@ -160,3 +199,23 @@ def test_trainer_dockerfile_is_read_for_its_pins_and_defaults():
     assert any("apt-get install" in s for s in df.skipped)   # reported as not reproduced
     assert image_env.image_repository("localhost:5000/ctr-volcano/ctr-trainer:0.1.0") == "ctr-trainer"
     assert image_env.image_repository("reg/ctr-trainer@sha256:abc") == "ctr-trainer"
+
+
+def test_a_local_install_is_keyed_on_its_sources(tmp_path):
+    """`pip install .` (or `.[extra]`) in a WORKDIR installs the COPY'd sources: they resolve against
+    that WORKDIR and their bytes are part of the venv's key, so a changed package is never stale."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("A = 1\n")
+    (tmp_path / "setup.py").write_text("")
+    df_path = tmp_path / "Dockerfile"
+    df_path.write_text("FROM python:3.11-slim\nWORKDIR /opt/app\nCOPY setup.py ./\nCOPY pkg/ pkg/\n"
+                       'RUN pip install ".[train]" && app --help\nWORKDIR /\n')
+    df = image_env.parse_dockerfile(df_path)
+    assert df.copies == (("setup.py", "/opt/app/"), ("pkg/", "/opt/app/pkg/"))
+    assert df.pip_args == ((".[train]",),) and df.pip_dirs == ("/opt/app",) and df.local_installs
+    assert df.workdir == "/"
+    before = image_env._venv_key(df, tmp_path)
+    (tmp_path / "pkg" / "mod.py").write_text("A = 2\n")
+    assert image_env._venv_key(df, tmp_path) != before
+    trainer = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
+    assert not trainer.local_installs

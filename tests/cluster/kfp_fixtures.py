@@ -31,9 +31,30 @@ _BUILD = Prebuild("kfpserver", "the KFP API server",
 
 
 def pytest_collection_finish(session):
-    if any("kfp_server" in getattr(i, "fixturenames", ()) for i in session.items):
-        _BUILD.build(session, "preparing the KFP API server (tools/kfpserver/build.sh)", "API server ready",
-                     lambda: kfpserver.build_server(stream=sys.stderr), (kfpserver.KfpServerError,))
+    names = [set(getattr(i, "fixturenames", ())) for i in session.items]
+    runs = any("kfp_stack" in n for n in names)
+    if runs or any("kfp_server" in n for n in names):
+        _BUILD.build(session, "preparing the KFP backend (tools/kfpserver/build.sh)", "KFP backend ready",
+                     lambda: _build(runs), (kfpserver.KfpServerError, RuntimeError))
+
+
+def _build(runs: bool) -> Path:
+    """The Go binaries; for the run tests also the MLMD venv and the component image's environment
+    (pip installs, minutes on a cold cache), here for the same reason as the Go build."""
+    root = kfpserver.build_server(stream=sys.stderr)
+    if runs:
+        sys.path.insert(0, str(REPO / "tools" / "minicluster"))
+        import image_env
+        import kfpbackend
+
+        t0 = time.monotonic()
+        venv = kfpbackend.build_mlmd_env(stream=sys.stderr)
+        print(f"kfpbackend: ml-metadata environment {venv} ({time.monotonic() - t0:.0f}s)", file=sys.stderr)
+        t0 = time.monotonic()
+        df = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.component")
+        print(f"kfpbackend: component image environment {image_env.build_venv(df)} "
+              f"({time.monotonic() - t0:.0f}s)", file=sys.stderr, flush=True)
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -239,14 +239,19 @@ class KfpApiServer:
     def start(cls, root: Path, workdir: Path, *, kubeconfig: Path, db_port: int, s3_endpoint: str,
               s3_access_key: str, s3_secret_key: str, s3_region: str = "us-east-1",
               bucket: str = "mlpipeline", namespace: str = NAMESPACE,
-              timeout_s: float = 120.0) -> "KfpApiServer":
+              timeout_s: float = 120.0, cache_enabled: bool = True,
+              env: Optional[Dict[str, str]] = None) -> "KfpApiServer":
         """Write the config and start ``bin/apiserver`` from ``root`` (see :func:`build_server`).
 
         The cluster must already have the namespace and CRDs (:func:`prepare_cluster`).
+        ``cache_enabled`` is the server's ``CacheEnabled`` (off: the drivers it compiles skip KFP's
+        step cache); ``env`` adds variables the server reads from its environment (the driver and
+        launcher images it writes into each Workflow: ``V2_DRIVER_IMAGE``, ``V2_LAUNCHER_IMAGE``).
 
         Raises:
             KfpServerError: the server exited or did not become healthy (log tail included).
         """
+        extra_env = dict(env or {})
         s3_scheme, _, s3_hostport = s3_endpoint.partition("://")
         s3_host, _, s3_port = s3_hostport.rstrip("/").rpartition(":")
         config_dir = workdir / "config"
@@ -266,7 +271,7 @@ class KfpApiServer:
             "POD_NAMESPACE": namespace,
             "InitConnectionTimeout": "30s",
             "DEFAULTPIPELINERUNNERSERVICEACCOUNT": "pipeline-runner",
-            "CacheEnabled": "true",
+            "CacheEnabled": "true" if cache_enabled else "false",
             "CRON_SCHEDULE_TIMEZONE": "UTC",
             # Read at start-up (it exits without them); only the UI's visualizations call it.
             "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_HOST": "127.0.0.1",
@@ -278,6 +283,7 @@ class KfpApiServer:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("AWS_", "MINIO_", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"))}
         env.update(KUBECONFIG=str(kubeconfig), NO_PROXY="127.0.0.1,localhost")
+        env.update(extra_env)
         args = [str(Path(root) / "bin" / "apiserver"), f"--config={config_dir}", "--sampleconfig=",
                 f"--rpcPortFlag=:{rpc_port}", f"--httpPortFlag=127.0.0.1:{http_port}",
                 "--logtostderr=true"]

@@ -8,9 +8,13 @@ So the image's Dockerfile is read for the subset that decides what Python code c
 * ``FROM python:X.Y...``: the host interpreter must be Python X.Y (it is the venv's base);
 * ``RUN pip install ...``: installed into a venv, cached under
   ``${CTR_VOLCANO_CACHE:-~/.cache/ctr-volcano}/images/<key>/venv`` keyed by a hash of the base
-  version and the pip lines (like the Go builds: built once, reused while the pins stay);
+  version and the pip lines (like the Go builds: built once, reused while the pins stay); a line
+  installing a local path (the component image's ``pip install .``) runs in the ``WORKDIR`` of that
+  line over the ``COPY``'d sources, and then the sources' content is part of the key, so the pods
+  never run a stale copy of the package;
 * ``COPY src dst``: copied from the build context into a root-filesystem directory that the pod's
-  mount namespace binds over the image paths (``/opt/ctr/ctr_model`` for the trainer);
+  mount namespace binds over the image paths (``/opt/ctr/ctr_model`` for the trainer; a relative
+  ``dst`` is relative to the ``WORKDIR`` in force, as Docker resolves it);
 * ``ENV``, ``USER``, ``WORKDIR``, ``CMD``: the container defaults the pod runs with.
 
 Other ``RUN`` lines (``apt-get install libgomp1``, ``useradd``) are reported as not reproduced: the
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 __all__ = ["ImageError", "Dockerfile", "parse_dockerfile", "ImageEnv", "build_venv", "prepare_image",
-           "image_repository", "cache_root"]
+           "image_repository", "cache_root", "default_context"]
 
 LOG = logging.getLogger("minicluster.image")
 
@@ -57,6 +61,7 @@ class Dockerfile:
         workdir: ``WORKDIR`` or ``""``.
         cmd: ``CMD`` in exec form.
         skipped: ``RUN`` lines not reproduced (reported, not silently dropped).
+        pip_dirs: the ``WORKDIR`` in force at each ``pip_args`` line (where a local path resolves).
     """
 
     path: Path
@@ -68,6 +73,14 @@ class Dockerfile:
     workdir: str = ""
     cmd: Tuple[str, ...] = ()
     skipped: Tuple[str, ...] = ()
+    pip_dirs: Tuple[str, ...] = ()
+
+    @property
+    def local_installs(self) -> bool:
+        """Whether a ``pip install`` line installs a local path (``.``, ``.[extra]``, ``./pkg``,
+        ``/opt/src``)."""
+        paths = (re.sub(r"\[[^\]]*\]$", "", a) for args in self.pip_args for a in args)
+        return any(a == "." or a.startswith(("./", "/")) for a in paths)
 
 
 def _logical_lines(text: str) -> List[str]:
@@ -106,6 +119,7 @@ def parse_dockerfile(path: Path) -> Dockerfile:
     text = Path(path).read_text()
     base = ""
     pips: List[Tuple[str, ...]] = []
+    pip_dirs: List[str] = []
     copies: List[Tuple[str, str]] = []
     env: List[Tuple[str, str]] = []
     skipped: List[str] = []
@@ -126,6 +140,7 @@ def parse_dockerfile(path: Path) -> Dockerfile:
                 words = shlex.split(command)
                 if words[:2] == ["pip", "install"] or words[:4] == ["python", "-m", "pip", "install"]:
                     pips.append(tuple(words[words.index("install") + 1:]))
+                    pip_dirs.append(workdir or "/")
                 else:
                     skipped.append(command)
         elif instr == "COPY":
@@ -133,19 +148,22 @@ def parse_dockerfile(path: Path) -> Dockerfile:
             words = [w for w in words if not w.startswith("--")]
             if len(words) != 2:
                 raise ImageError(f"{path}: COPY {args!r}: only 'COPY SRC DST' is supported")
-            copies.append((words[0], words[1]))
+            dst = words[1]
+            if not dst.startswith("/"):   # relative to the WORKDIR in force
+                dst = os.path.normpath(os.path.join(workdir or "/", dst)) + ("/" if dst.endswith("/") else "")
+            copies.append((words[0], dst))
         elif instr == "ENV":
             env.extend(_parse_env(args))
         elif instr == "USER":
             user = args
         elif instr == "WORKDIR":
-            workdir = args
+            workdir = args if args.startswith("/") else os.path.join(workdir or "/", args)
         elif instr == "CMD":
             cmd = tuple(json.loads(args)) if args.startswith("[") else ("/bin/sh", "-c", args)
     if not base:
         raise ImageError(f"{path}: no FROM python:X.Y line")
     return Dockerfile(Path(path), base, tuple(pips), tuple(copies), tuple(env), user, workdir, cmd,
-                      tuple(skipped))
+                      tuple(skipped), tuple(pip_dirs))
 
 
 def image_repository(image: str) -> str:
@@ -185,39 +203,81 @@ class ImageEnv:
     base_prefix: Path = field(default_factory=lambda: Path(sys.base_prefix))
 
 
-def _venv_key(df: Dockerfile) -> str:
+def default_context() -> Path:
+    """The build context of the project's Dockerfiles: the repository root."""
+    return Path(__file__).resolve().parents[2]
+
+
+def _sources_digest(df: Dockerfile, context: Path) -> str:
+    """sha256 over the ``COPY`` sources (paths and bytes; caches and bytecode left out)."""
+    h = hashlib.sha256()
+    for src, dst in df.copies:
+        root = (Path(context) / src).resolve()
+        files = [root] if root.is_file() else sorted(
+            p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+            and not p.name.endswith(".pyc") and not any(part.endswith(".egg-info") for part in p.parts))
+        for f in files:
+            h.update(f"{dst}:{f.relative_to(root) if f != root else f.name}\n".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _venv_key(df: Dockerfile, context: Optional[Path] = None) -> str:
     blob = "\n".join([f"python {sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}",
                       sys.base_prefix] + [" ".join(a) for a in df.pip_args])
+    if df.local_installs:
+        blob += "\nsources " + _sources_digest(df, context or default_context())
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def build_venv(df: Dockerfile) -> Path:
+def _copy_sources(df: Dockerfile, context: Path, rootfs: Path) -> None:
+    for src, dst in df.copies:
+        source = (Path(context) / src).resolve()
+        target = rootfs / dst.lstrip("/")
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        else:
+            if dst.endswith("/"):
+                target = target / source.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def build_venv(df: Dockerfile, context: Optional[Path] = None) -> Path:
     """The venv of ``df``'s ``RUN pip install`` lines, built once per pin set (under a lock)."""
+    import tempfile
+
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if here != df.base_python:
         raise ImageError(f"{df.path}: the image is based on python:{df.base_python} but the host "
                          f"interpreter is {here}; run with Python {df.base_python}")
-    root = cache_root() / "images" / _venv_key(df)
+    context = Path(context or default_context())
+    root = cache_root() / "images" / _venv_key(df, context)
     venv = root / "venv"
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (venv / ".complete").is_file():
             return venv
-        tmp = root / f"venv.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
         LOG.info("building the Python environment of %s in %s (once per pin set)", df.path, venv)
         # Built at its final path (a venv's scripts embed it), under a lock, marked complete last.
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        for args in df.pip_args:
-            proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
-                                   "--disable-pip-version-check", *args],
-                                  capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                raise ImageError(f"{df.path}: pip install {' '.join(args)} failed:\n"
-                                 + proc.stdout[-2000:] + proc.stderr[-2000:])
+        with tempfile.TemporaryDirectory(prefix="image-src-") as staging:
+            if df.local_installs:  # the COPY'd tree, so `pip install .` sees what the image would
+                _copy_sources(df, context, Path(staging))
+            dirs = df.pip_dirs or ("/",) * len(df.pip_args)
+            for args, workdir in zip(df.pip_args, dirs):
+                cwd = Path(staging) / workdir.lstrip("/")
+                cwd.mkdir(parents=True, exist_ok=True)
+                proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
+                                       "--disable-pip-version-check", *args],
+                                      capture_output=True, text=True, env=env, cwd=cwd)
+                if proc.returncode != 0:
+                    raise ImageError(f"{df.path}: pip install {' '.join(args)} failed:\n"
+                                     + proc.stdout[-2000:] + proc.stderr[-2000:])
         (venv / ".complete").write_text("\n".join(" ".join(a) for a in df.pip_args) + "\n")
         os.chmod(root, 0o755)
         return venv
@@ -243,18 +303,11 @@ def prepare_image(image: str, dockerfile: Path, context: Path, rootfs_parent: Pa
     df = parse_dockerfile(dockerfile)
     for skipped in df.skipped:
         LOG.info("%s: not reproduced on process nodes: RUN %s", dockerfile.name, skipped)
-    venv = build_venv(df)
+    venv = build_venv(df, context)
     rootfs = Path(rootfs_parent) / hashlib.sha256(image.encode()).hexdigest()[:12]
     shutil.rmtree(rootfs, ignore_errors=True)
     rootfs.mkdir(parents=True)
-    for src, dst in df.copies:
-        source = (Path(context) / src).resolve()
-        target = rootfs / dst.lstrip("/")
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
+    _copy_sources(df, context, rootfs)
     if df.workdir:  # WORKDIR creates its directory in the image
         (rootfs / df.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
     for d in [rootfs, *rootfs.rglob("*")]:

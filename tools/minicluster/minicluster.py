@@ -20,8 +20,11 @@ vc-controller-manager, kwok); this module only wires them together:
   a gang finishes and how;
 * with ``process_nodes=True``, nodes labelled ``type=process`` (:meth:`MiniCluster.add_process_nodes`)
   run their pods as real processes: ``nodeagent.py`` starts them (network and mount namespaces, the
-  image's Python environment) and a second kwok instance, with ``kwok-process-stages.yaml``, turns
-  the agent's annotations into pod status and serves their logs (``docs/minicluster.md``).
+  image's Python environment, or host-built Go binaries for images mapped with ``binary_images``),
+  writes their status, and a second kwok instance keeps those nodes Ready and serves their logs;
+  the pods reach the API server at ``KUBERNETES_SERVICE_HOST`` (:data:`API_SERVICE_ADDRESS`, a host
+  service the serving certificate covers) with their projected service-account token
+  (``docs/minicluster.md``).
 
 Stdlib + ``kubernetes`` + ``cryptography`` + PyYAML only, so the pytest fixture, the benchmark and
 the ``ctr-volcano minicluster`` verb can all import it from the checkout.
@@ -54,7 +57,7 @@ __all__ = [
     "HERE", "BUILD_SCRIPT", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
     "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
     "NodeShape", "DEFAULT_KCM_CONTROLLERS", "VOLCANO_WEBHOOKS", "webhook_configurations",
-    "DEFAULT_IMAGES",
+    "DEFAULT_IMAGES", "API_SERVICE_ADDRESS", "API_SERVICE_PORT",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -65,6 +68,10 @@ AFTER_ANNOTATION = "kwok-test/after"
 MESSAGE_ANNOTATION = "kwok-test/message"
 EXIT_CODE_ANNOTATION = "kwok-test/exit-code"
 ADMIN_TOKEN_USER = "minicluster-admin"
+#: Where the process nodes' pods reach the API server (``KUBERNETES_SERVICE_HOST``, port 443): host
+#: service 0 on the pod bridge (``hostservice.py``), which the API server's certificate names.
+API_SERVICE_ADDRESS = "10.88.0.1"
+API_SERVICE_PORT = 443
 #: Images the process nodes can run: last path segment of the image -> its Dockerfile.
 DEFAULT_IMAGES = {"ctr-trainer": REPO / "dockerfiles" / "Dockerfile.trainer"}
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "vc-scheduler",
@@ -210,9 +217,12 @@ def _write_certs(pki: Path) -> Dict[str, Path]:
                 .not_valid_before(not_before).not_valid_after(not_after)
                 .add_extension(x509.SubjectAlternativeName([
                     x509.DNSName("localhost"), x509.DNSName("kubernetes"),
-                    x509.DNSName("kubernetes.default.svc"),
+                    x509.DNSName("kubernetes.default"), x509.DNSName("kubernetes.default.svc"),
+                    x509.DNSName("kubernetes.default.svc.cluster.local"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    x509.IPAddress(ipaddress.ip_address("10.0.0.1"))]), critical=False)
+                    x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                    # what the process nodes' pods dial (KUBERNETES_SERVICE_HOST)
+                    x509.IPAddress(ipaddress.ip_address(API_SERVICE_ADDRESS))]), critical=False)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
                 .sign(ca_key, hashes.SHA256()))
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -352,6 +362,8 @@ class MiniCluster:
             :meth:`add_process_nodes` run real processes.
         images: for process nodes: image repository name -> Dockerfile (default
             :data:`DEFAULT_IMAGES`).
+        binary_images: for process nodes: image repository name -> a directory of host binaries
+            the container runs (Go programs' images: Argo's executor, KFP's driver and launcher).
     """
 
     def __init__(self, bin_dir: Path, workdir: Optional[Path] = None, *,
@@ -359,7 +371,8 @@ class MiniCluster:
                  crd_dirs: Optional[Sequence[Path]] = None, keep_workdir: bool = False,
                  kcm_controllers: Sequence[str] = DEFAULT_KCM_CONTROLLERS,
                  admission_webhook: bool = True, kube_scheduler: bool = False,
-                 process_nodes: bool = False, images: Optional[Dict[str, Path]] = None) -> None:
+                 process_nodes: bool = False, images: Optional[Dict[str, Path]] = None,
+                 binary_images: Optional[Dict[str, Path]] = None) -> None:
         self.bin_dir = Path(bin_dir)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="minicluster-"))
@@ -383,6 +396,7 @@ class MiniCluster:
         self.timings: Dict[str, float] = {}
         self.process_nodes = process_nodes
         self.images = dict(images or DEFAULT_IMAGES)
+        self.binary_images = dict(binary_images or {})
         #: prefix of this cluster's network namespaces (unique per cluster on the machine)
         self.netns_prefix = f"mc{os.getpid() % 0xffff:x}{os.urandom(2).hex()}"
         #: host services given to the pods (:meth:`host_service`), stopped before the node agent
@@ -682,18 +696,23 @@ class MiniCluster:
         from kubernetes import client
 
         ext = client.ApiextensionsV1Api(self.api_client())
-        crd = yaml.safe_load(_kwok_crd_file("logs").read_text())
-        ext.create_custom_resource_definition(crd)
-        self._wait("kwok's Logs CRD Established", lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])),
-            deadline, "kube-apiserver")
+        for plural in ("logs", "execs"):
+            crd = yaml.safe_load(_kwok_crd_file(plural).read_text())
+            ext.create_custom_resource_definition(crd)
+            self._wait(f"kwok's {plural} CRD Established", lambda name=crd["metadata"]["name"]: any(
+                c.type == "Established" and c.status == "True"
+                for c in (ext.read_custom_resource_definition(name).status.conditions or [])),
+                deadline, "kube-apiserver")
         home = self.workdir / "kwok-process-home"
         home.mkdir(exist_ok=True)
         port = _free_port()
+        # Node stages only: the pods' status is the node agent's (no pod stage, so kwok leaves
+        # them alone).
         self._spawn("kwok-process", [
             "kwok", f"--kubeconfig={self.kubeconfig}", f"--config={HERE / 'kwok-node-stage.yaml'}",
-            f"--config={HERE / 'kwok-process-stages.yaml'}", "--enable-crds=Logs",
+            # Exec: only for the pods the agent publishes an Exec object for (Argo's, whose
+            # containers' kill commands it names); see nodeagent.py
+            "--enable-crds=Logs,Exec",
             "--manage-nodes-with-label-selector=type=process", "--node-ip=127.0.0.1",
             f"--node-port={port}", f"--server-address=127.0.0.1:{port}", "--cidr=10.241.0.0/16",
             "--node-lease-duration-seconds=0",
@@ -702,11 +721,28 @@ class MiniCluster:
         args = ["nodeagent", str(HERE / "nodeagent.py"), f"--kubeconfig={self.kubeconfig}",
                 f"--workdir={agent_dir}", f"--prefix={self.netns_prefix}", f"--context={REPO}"]
         args += [f"--image={repo}={path}" for repo, path in sorted(self.images.items())]
+        args += [f"--binary-image={repo}={path}" for repo, path in sorted(self.binary_images.items())]
+        port = str(API_SERVICE_PORT)
+        args += [f"--service-env={k}={v}" for k, v in (
+            ("KUBERNETES_SERVICE_HOST", API_SERVICE_ADDRESS), ("KUBERNETES_SERVICE_PORT", port),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", port), ("KUBERNETES_PORT", f"tcp://{API_SERVICE_ADDRESS}:{port}"))]
         self._spawn("nodeagent", args, executable=sys.executable)
         # A cold image cache builds the venvs first (pip install; minutes), hence the longer wait.
         self._wait("the node agent (its bridge namespace)",
                    lambda: "agent ready" in self.logs["nodeagent"].read_text(errors="replace"),
-                   max(deadline, time.monotonic() + 900), "nodeagent", interval=0.5)
+                   max(deadline, time.monotonic() + 1800), "nodeagent", interval=0.5)
+        # The pods' route to the API server: host service 0, without a Service object (the
+        # ``kubernetes`` Service exists; pods dial the address, as a kubelet's variables say).
+        if str(HERE) not in sys.path:
+            sys.path.insert(0, str(HERE))
+        import hostservice
+
+        api_svc = hostservice.HostService(bridge_ns=f"{self.netns_prefix}-br", netns=f"{self.netns_prefix}-s0",
+                                          index=0, target_port=self.api_port, port=API_SERVICE_PORT)
+        if api_svc.address != API_SERVICE_ADDRESS:  # pragma: no cover - the two constants agree
+            raise ClusterError(f"host service 0 is at {api_svc.address}, not {API_SERVICE_ADDRESS}")
+        api_svc.start()
+        self.host_services.append(api_svc)
 
     # ------------------------------------------------------------------ API objects
     def api_client(self):

@@ -1,22 +1,34 @@
 """Node agent of the process-backed nodes: runs the pods bound to them as real Linux processes.
 
-kwok keeps the kubelet's bookkeeping for these nodes (a second kwok instance manages only nodes
-labelled ``type=process``: node status, and the kubelet API that serves ``pods/log`` from the files
-named by ``Logs`` objects). This agent does what kwok cannot, run the container, and reports
-through annotations that the stages in ``kwok-process-stages.yaml`` turn into pod status:
+kwok keeps part of the kubelet's bookkeeping for these nodes (a second kwok instance manages only
+nodes labelled ``type=process``: node status, and the kubelet API that serves ``pods/log`` from the
+files named by ``Logs`` objects). This agent does the rest, as a kubelet does:
 
-* ``minicluster.process/pod-ip``: set when the process has started; the stage makes the pod Running
-  with that ``podIP``;
-* ``minicluster.process/exit-code`` (+ ``.../message``): set when the process has ended; the stage
-  makes the pod Succeeded (0) or Failed with that exit code, which Volcano's policies act on.
+* runs the pod's init containers one after the other (a failing one fails the pod), then all its
+  containers at once, each as its own process with its own mount namespace (``podinit.py``), in
+  the pod's network and UTS namespaces;
+* writes the pod's status itself: phase, conditions, ``podIP``/``hostIP``, and for every container
+  (``initContainerStatuses``, ``containerStatuses``) waiting, running or terminated with its exit
+  code (a SIGKILL is 137); the pod is Succeeded when every container exited 0, else Failed, which
+  Volcano's policies and Argo's controller act on;
+* gives every container the pod's volumes (one directory per emptyDir or content volume, shared by
+  the containers that mount it; ``subPath`` inside it), a private ``/tmp``, and the variables a
+  kubelet adds (``--service-env``: ``KUBERNETES_SERVICE_HOST``/``PORT`` of the API server as the pods
+  reach it);
+* maps images to what the host has: a Dockerfile's Python environment (``image_env.py``), or a
+  directory of host-built Go binaries (``--binary-image``: Argo's and KFP's images);
+* writes each container's stdout/stderr in CRI log format to its own file, listed per container in
+  the pod's ``Logs`` object (``pods/log?container=``).
+
+Annotations are kept for people reading a pod: ``minicluster.process/pod-ip`` and ``.../netns``
+when it starts, ``minicluster.process/exit-code`` (+ ``.../message``) when it ends.
 
 Per pod: a network namespace with one veth on a bridge that lives in a namespace of its own (pods
-reach each other and nothing else), ``/etc/netns/<ns>/hosts`` generated from the EndpointSlices of
-the pod's namespace (kept current while it runs), a private mount namespace set up by
-``podinit.py``, the image's Python environment (``image_env.py``), and the pod's stdout/stderr
-written in CRI log format to a file a ``Logs`` object points kwok at. Deleting a pod sends SIGTERM
-to its process, SIGKILL to every process left in its network namespace after the grace period,
-then removes the namespace and force-deletes the pod, as a kubelet confirms a deletion.
+reach each other and the host services of ``hostservice.py``, nothing else), and
+``/etc/netns/<ns>/hosts`` generated from the EndpointSlices of the pod's namespace (kept current
+while it runs). Deleting a pod sends SIGTERM to its containers' processes, SIGKILL to every process
+left in its network namespace after the grace period, then removes the namespace and force-deletes
+the pod, as a kubelet confirms a deletion.
 
 Run by :class:`minicluster.MiniCluster`; ``SIGTERM`` stops every pod and removes every namespace.
 """
@@ -53,6 +65,9 @@ ANN_MESSAGE = "minicluster.process/message"
 ANN_NETNS = "minicluster.process/netns"
 ANN_PID = "minicluster.process/pid"
 PROCESS_NODE_LABEL = "type=process"
+#: Argo's label on its workflow pods, and its per-container kill command annotation (prefix).
+ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+ARGO_KILL_CMD = "workflows.argoproj.io/kill-cmd-"
 SUBNET = "10.88"
 
 
@@ -73,6 +88,49 @@ def _cri_stamp() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _k8s_time() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class ContainerRun:
+    """One container of a pod: its plan, its process and the state reported in the pod's status."""
+
+    plan: podspec.LaunchPlan
+    init: bool
+    log_file: Path
+    proc: Optional[subprocess.Popen] = None
+    state: str = "waiting"            # waiting | running | terminated
+    reason: str = "PodInitializing"
+    exit_code: Optional[int] = None
+    started_at: str = ""
+    finished_at: str = ""
+    pumps: List[threading.Thread] = field(default_factory=list)
+    log_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return self.plan.container
+
+    def status(self) -> Dict[str, Any]:
+        """This container's entry of ``containerStatuses``/``initContainerStatuses``."""
+        if self.state == "running":
+            state: Dict[str, Any] = {"running": {"startedAt": self.started_at}}
+        elif self.state == "terminated":
+            state = {"terminated": {"exitCode": self.exit_code,
+                                    "reason": "Completed" if self.exit_code == 0 else "Error",
+                                    "startedAt": self.started_at or self.finished_at,
+                                    "finishedAt": self.finished_at}}
+        else:
+            state = {"waiting": {"reason": self.reason}}
+        out = {"name": self.name, "image": self.plan.image, "imageID": "", "restartCount": 0,
+               "ready": self.state == "running" and not self.init, "started": self.state == "running",
+               "state": state}
+        if self.proc is not None:
+            out["containerID"] = f"process://{self.proc.pid}"
+        return out
+
+
 @dataclass
 class PodRun:
     """One pod this agent runs."""
@@ -83,23 +141,48 @@ class PodRun:
     netns: str
     ip: str
     dir: Path
-    log_file: Path
+    node_ip: str = "127.0.0.1"
     hostname: str = ""
     subdomain: str = ""
-    proc: Optional[subprocess.Popen] = None
-    exit_code: Optional[int] = None
-    reported: bool = False
+    containers: List[ContainerRun] = field(default_factory=list)
+    phase: str = "Pending"
+    start_time: str = ""
     terminating: bool = False
+    finished: bool = False
     hosts_text: str = ""
-    pumps: List[threading.Thread] = field(default_factory=list)
-    log_lock: threading.Lock = field(default_factory=threading.Lock)
+    grace_s: int = 30
+
+    @property
+    def init(self) -> List[ContainerRun]:
+        return [c for c in self.containers if c.init]
+
+    @property
+    def regular(self) -> List[ContainerRun]:
+        return [c for c in self.containers if not c.init]
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """Once the pod ended: the exit code of the first container that failed, else 0."""
+        if not self.finished:
+            return None
+        return next((c.exit_code for c in self.containers if c.exit_code not in (None, 0)), 0)
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """An image as a process node runs it: container defaults, and what the pod must see of it."""
+
+    defaults: podspec.ImageDefaults
+    binds: Tuple[Dict[str, Any], ...] = ()      # read-only binds (interpreter, venv)
+    tmpfs: Tuple[Dict[str, Any], ...] = ()      # private tmpfs roots filled from the image's files
 
 
 class Agent:
     """Polls the API for pods on the process nodes and runs them (see the module docstring)."""
 
     def __init__(self, kubeconfig: str, workdir: Path, prefix: str, images: Dict[str, Path],
-                 context_dir: Path, poll_s: float = 0.25) -> None:
+                 context_dir: Path, poll_s: float = 0.25, binary_images: Optional[Dict[str, Path]] = None,
+                 service_env: Optional[Dict[str, str]] = None) -> None:
         from kubernetes import client, config
 
         self.api = config.new_client_from_config(config_file=kubeconfig)
@@ -109,14 +192,17 @@ class Agent:
         self.workdir = workdir
         self.prefix = prefix
         self.images = images
+        self.binary_images = dict(binary_images or {})
+        self.service_env = dict(service_env or {})
         self.context_dir = context_dir
         self.poll_s = poll_s
         self.bridge_ns = f"{prefix}-br"
         self.pods: Dict[str, PodRun] = {}
-        self.prepared: Dict[str, image_env.ImageEnv] = {}
+        self.prepared: Dict[str, PreparedImage] = {}
         self.counter = 0
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
+        self.image_lock = threading.Lock()
         self.created_file = workdir / "created-mountpoints"
         self.waiting: Dict[str, str] = {}
 
@@ -143,13 +229,23 @@ class Agent:
         _ip("-n", name, "addr", "add", f"{ip}/16", "dev", "eth0")
         _ip("-n", name, "link", "set", "eth0", "up")
 
-    def _kill_netns(self, name: str, grace_s: float = 0.0, main: Optional[subprocess.Popen] = None) -> None:
-        if main is not None and main.poll() is None and grace_s > 0:
-            try:
-                main.send_signal(signal.SIGTERM)
-                main.wait(timeout=grace_s)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
+    def _kill_netns(self, name: str, grace_s: float = 0.0,
+                    mains: Optional[List[subprocess.Popen]] = None) -> None:
+        """SIGTERM to ``mains`` (the containers' processes), up to ``grace_s`` for them to exit, then
+        SIGKILL to every process left in the network namespace."""
+        live = [p for p in mains or [] if p.poll() is None]
+        if live and grace_s > 0:
+            for p in live:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace_s
+            for p in live:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
         for _ in range(50):
             pids = netns_pids(name)
             if not pids:
@@ -160,11 +256,11 @@ class Agent:
                 except ProcessLookupError:
                     pass
             time.sleep(0.1)
-        if main is not None:
+        for p in mains or []:
             try:
-                main.wait(timeout=5)
+                p.wait(timeout=5)
             except subprocess.TimeoutExpired:  # pragma: no cover
-                LOG.error("pod process %s did not exit after SIGKILL", main.pid)
+                LOG.error("pod process %s did not exit after SIGKILL", p.pid)
 
     def _remove_netns(self, name: str) -> None:
         _ip("netns", "del", name, check=False)
@@ -213,16 +309,32 @@ class Agent:
                                config_map=lambda ns, n: read(self.core.read_namespaced_config_map, ns, n),
                                claim_path=claim_path, sa_token=sa_token)
 
-    def _image(self, image: str) -> image_env.ImageEnv:
+    def _image(self, image: str) -> PreparedImage:
         repo = image_env.image_repository(image)
-        if repo not in self.images:
-            raise podspec.PodSpecError(
-                f"image {image!r}: no Dockerfile is mapped to {repo!r} on process nodes "
-                f"(known: {', '.join(sorted(self.images))})")
-        if image not in self.prepared:
-            self.prepared[image] = image_env.prepare_image(image, self.images[repo], self.context_dir,
-                                                           self.workdir / "rootfs")
-        return self.prepared[image]
+        with self.image_lock:
+            if image in self.prepared:
+                return self.prepared[image]
+            if repo in self.binary_images:
+                # a Go program's image: its binaries, built on the host, first on PATH
+                # (bound read-only: it may live under the host's /root, which the pod sees as its own)
+                bin_dir = self.binary_images[repo]
+                prepared = PreparedImage(podspec.ImageDefaults(env={
+                    "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}),
+                    binds=({"source": str(bin_dir), "target": str(bin_dir), "read_only": True},))
+            elif repo in self.images:
+                img = image_env.prepare_image(image, self.images[repo], self.context_dir, self.workdir / "rootfs")
+                binds = ({"source": str(img.base_prefix), "target": str(img.base_prefix), "read_only": True},
+                         {"source": str(img.venv), "target": str(img.venv), "read_only": True})
+                tmpfs = tuple({"target": f"/{entry}", "copy_from": str(img.rootfs / entry)}
+                              for entry in sorted(os.listdir(img.rootfs)))
+                prepared = PreparedImage(podspec.ImageDefaults(env=img.env, cmd=img.cmd, workdir=img.workdir,
+                                                               user=img.user), binds, tmpfs)
+            else:
+                known = sorted(set(self.images) | set(self.binary_images))
+                raise podspec.PodSpecError(
+                    f"image {image!r}: nothing is mapped to {repo!r} on process nodes (known: {', '.join(known)})")
+            self.prepared[image] = prepared
+            return prepared
 
     # ----------------------------------------------------------------- pod lifecycle
     def _annotate(self, run: PodRun, annotations: Dict[str, str]) -> None:
@@ -235,42 +347,55 @@ class Agent:
             if exc.status != 404:
                 raise
 
-    def _pump(self, run: PodRun, stream, tag: str) -> None:
+    def _pump(self, c: ContainerRun, stream, tag: str) -> None:
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            with run.log_lock, open(run.log_file, "a", encoding="utf-8") as fh:
+            with c.log_lock, open(c.log_file, "a", encoding="utf-8") as fh:
                 fh.write(f"{_cri_stamp()} {tag} F {line}\n")
         stream.close()
 
-    def _plan_file(self, run: PodRun, plan: podspec.LaunchPlan, img: image_env.ImageEnv) -> Path:
-        binds: List[Dict[str, Any]] = [
-            {"source": str(img.base_prefix), "target": str(img.base_prefix), "read_only": True},
-            {"source": str(img.venv), "target": str(img.venv), "read_only": True}]
-        tmpfs = [{"target": "/root"}]
-        for entry in sorted(os.listdir(img.rootfs)):
-            tmpfs.append({"target": f"/{entry}", "copy_from": str(img.rootfs / entry)})
-        for i, m in enumerate(plan.mounts):
-            if m.tmpfs:
-                binds.append({"source": "/", "target": m.target, "tmpfs": True})
-                continue
-            source = m.source
-            if m.files or not source:
-                vol_dir = run.dir / "volumes" / f"{i}"
-                vol_dir.mkdir(parents=True, exist_ok=True)
+    def _volume_dir(self, run: PodRun, m: podspec.Mount) -> str:
+        """The per-pod directory of volume ``m.volume`` (made and filled once, shared by every
+        container mounting it), or ``m.source`` for a host directory; with ``m.sub_path`` inside."""
+        source = m.source
+        if m.files or not source:
+            vol_dir = run.dir / "volumes" / (m.volume or "anonymous")
+            if not vol_dir.exists():
+                vol_dir.mkdir(parents=True)
                 for rel, data in m.files:
                     path = vol_dir / rel
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(data)
                     path.chmod(m.mode)
                 vol_dir.chmod(0o777 if not m.files else 0o755)
-                source = str(vol_dir)
-            if not os.path.exists(source):
-                raise podspec.NotReady(f"volume source {source} (mount {m.target}) does not exist")
-            binds.append({"source": source, "target": m.target, "read_only": m.read_only})
+            source = str(vol_dir)
+            if m.sub_path:
+                source = str(vol_dir / m.sub_path)
+                if not m.files and not os.path.exists(source):  # an emptyDir's subPath is created
+                    os.makedirs(source, mode=0o777, exist_ok=True)
+                    os.chmod(source, 0o777)
+        if not os.path.exists(source):
+            raise podspec.NotReady(f"volume source {source} (mount {m.target}) does not exist")
+        return source
+
+    def _plan_file(self, run: PodRun, plan: podspec.LaunchPlan, img: PreparedImage) -> Path:
+        binds: List[Dict[str, Any]] = [dict(b) for b in img.binds]
+        tmpfs = [{"target": "/root"}] + [dict(t) for t in img.tmpfs]
+        for m in plan.mounts:
+            if m.tmpfs:
+                binds.append({"source": "/", "target": m.target, "tmpfs": True})
+                continue
+            binds.append({"source": self._volume_dir(run, m), "target": m.target, "read_only": m.read_only})
+        if not any(b["target"].rstrip("/") == "/tmp" for b in binds):
+            # each container has a /tmp of its own, as its image's root filesystem would give it
+            tmp = run.dir / "tmp" / plan.container
+            tmp.mkdir(parents=True, exist_ok=True)
+            tmp.chmod(0o1777)
+            binds.append({"source": str(tmp), "target": "/tmp"})
         doc = {"argv": list(plan.argv), "env": dict(plan.env), "workdir": plan.workdir,
                "uid": plan.uid, "gid": plan.gid, "hostname": plan.hostname, "binds": binds,
                "tmpfs": tmpfs, "created_file": str(self.created_file)}
-        path = run.dir / "plan.json"
+        path = run.dir / f"plan-{plan.container}.json"
         path.write_text(json.dumps(doc, indent=1))
         path.chmod(0o600)
         return path
@@ -278,40 +403,172 @@ class Agent:
     def _start(self, pod: Dict[str, Any], node_ip: str) -> None:
         meta, spec = pod["metadata"], pod["spec"]
         uid = meta["uid"]
-        img = self._image(spec["containers"][0]["image"])
         netns, veth, ip = self._allocate()
-        plan = podspec.render_pod(pod, image_env=img.env, image_cmd=img.cmd,
-                                  image_workdir=img.workdir, image_user=img.user,
-                                  lookups=self._lookups(), pod_ip=ip, node_ip=node_ip)
+        plan = podspec.render_pod(pod, images=lambda ref: self._image(ref).defaults, lookups=self._lookups(),
+                                  pod_ip=ip, node_ip=node_ip, service_env=self.service_env)
         run = PodRun(uid=uid, namespace=meta["namespace"], name=meta["name"], netns=netns, ip=ip,
-                     dir=self.workdir / "pods" / uid, log_file=self.workdir / "pods" / uid / "container.log",
-                     hostname=podspec.pod_hostname(pod), subdomain=spec.get("subdomain") or "")
+                     dir=self.workdir / "pods" / uid, node_ip=node_ip, hostname=podspec.pod_hostname(pod),
+                     subdomain=spec.get("subdomain") or "", start_time=_k8s_time(),
+                     grace_s=int(spec.get("terminationGracePeriodSeconds", 30)))
         run.dir.mkdir(parents=True, exist_ok=True)
-        run.log_file.touch()
-        plan_file = self._plan_file(run, plan, img)
+        files: Dict[str, Path] = {}
+        for i, p in enumerate(plan.all):
+            c = ContainerRun(plan=p, init=i < len(plan.init), log_file=run.dir / f"{p.container}.log")
+            if not c.init and plan.init:
+                c.reason = "PodInitializing"
+            elif not c.init:
+                c.reason = "ContainerCreating"
+            c.log_file.touch()
+            run.containers.append(c)
+            files[c.name] = self._plan_file(run, p, self._image(p.image))
         self._create_netns(netns, veth, ip)
-        self.pods[uid] = run
+        with self.lock:
+            self.pods[uid] = run
         etc = Path("/etc/netns") / netns
         etc.mkdir(parents=True, exist_ok=True)
         self._write_hosts(run, [])
         (etc / "resolv.conf").write_text(
             f"search {run.namespace}.svc.cluster.local svc.cluster.local cluster.local\n"
             "nameserver 127.0.0.1\noptions ndots:5 attempts:1 timeout:1\n")
-        self._create_logs_object(pod, plan.container, run.log_file)
-        run.proc = subprocess.Popen(
-            ["ip", "netns", "exec", netns, "unshare", "--uts", "--", sys.executable,
+        self._create_logs_object(pod, run)
+        annotations = {ANN_POD_IP: ip, ANN_NETNS: netns}
+        if ARGO_WORKFLOW_LABEL in (meta.get("labels") or {}):
+            annotations.update(self._argo_kill_commands(pod, run))
+        self._annotate(run, annotations)
+        threading.Thread(target=self._supervise, args=(run, files), daemon=True,
+                         name=f"pod-{run.name}").start()
+
+    def _launch(self, run: PodRun, c: ContainerRun, plan_file: Path) -> None:
+        c.proc = subprocess.Popen(
+            ["ip", "netns", "exec", run.netns, "unshare", "--uts", "--", sys.executable,
              str(HERE / "podinit.py"), str(plan_file)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)})
-        for stream, tag in ((run.proc.stdout, "stdout"), (run.proc.stderr, "stderr")):
-            t = threading.Thread(target=self._pump, args=(run, stream, tag), daemon=True)
+        c.state, c.started_at = "running", _k8s_time()
+        for stream, tag in ((c.proc.stdout, "stdout"), (c.proc.stderr, "stderr")):
+            t = threading.Thread(target=self._pump, args=(c, stream, tag), daemon=True)
             t.start()
-            run.pumps.append(t)
-        LOG.info("pod %s/%s: started pid %s in %s at %s: %s", run.namespace, run.name, run.proc.pid,
-                 netns, ip, " ".join(plan.argv))
-        self._annotate(run, {ANN_POD_IP: ip, ANN_NETNS: netns, ANN_PID: str(run.proc.pid)})
+            c.pumps.append(t)
+        (run.dir / f"{c.name}.pid").write_text(str(c.proc.pid))
+        LOG.info("pod %s/%s: %scontainer %s started pid %s in %s at %s: %s", run.namespace, run.name,
+                 "init " if c.init else "", c.name, c.proc.pid, run.netns, run.ip, " ".join(c.plan.argv))
 
-    def _create_logs_object(self, pod: Dict[str, Any], container: str, log_file: Path) -> None:
+    def _ended(self, run: PodRun, c: ContainerRun) -> None:
+        assert c.proc is not None
+        code = c.proc.returncode
+        c.exit_code = 128 - code if code < 0 else code
+        c.state, c.finished_at = "terminated", _k8s_time()
+        for t in c.pumps:
+            t.join(5)
+        LOG.info("pod %s/%s: container %s exited with %s", run.namespace, run.name, c.name, c.exit_code)
+
+    def _supervise(self, run: PodRun, plan_files: Dict[str, Path]) -> None:
+        """Run the init containers one by one, then the containers together; report every change."""
+        try:
+            self._report(run)
+            for c in run.init:
+                if run.terminating:
+                    return
+                self._launch(run, c, plan_files[c.name])
+                self._report(run)
+                while c.proc.poll() is None:
+                    if run.terminating:
+                        return
+                    time.sleep(0.05)
+                self._ended(run, c)
+                if c.exit_code != 0:
+                    for other in run.regular:
+                        other.reason = "PodInitializing"
+                    self._finish(run, "Failed")
+                    return
+            if run.terminating:
+                return
+            for c in run.regular:
+                self._launch(run, c, plan_files[c.name])
+            run.phase = "Running"
+            self._report(run)
+            pending = list(run.regular)
+            while pending:
+                if run.terminating:
+                    return
+                ended = [c for c in pending if c.proc.poll() is not None]
+                for c in ended:
+                    self._ended(run, c)
+                    pending.remove(c)
+                if ended:
+                    self._report(run)
+                else:
+                    time.sleep(0.05)
+            self._finish(run, "Succeeded" if all(c.exit_code == 0 for c in run.regular) else "Failed")
+        except Exception:  # reported, never silently dropped
+            LOG.exception("pod %s/%s: supervisor failed", run.namespace, run.name)
+
+    def _finish(self, run: PodRun, phase: str) -> None:
+        """Every container ended: stop what is left in the pod, report the final phase."""
+        self._kill_netns(run.netns)
+        run.phase, run.finished = phase, True
+        if run.terminating:
+            return
+        self._report(run)
+        self._annotate(run, {ANN_EXIT_CODE: str(run.exit_code)})
+        LOG.info("pod %s/%s: %s (exit code %s)", run.namespace, run.name, phase, run.exit_code)
+
+    def _report(self, run: PodRun, message: str = "") -> None:
+        """Write the pod's status (what a kubelet reports), unless it is being deleted."""
+        from kubernetes import client
+
+        if run.terminating:
+            return
+        now = _k8s_time()
+        initialized = all(c.state == "terminated" and c.exit_code == 0 for c in run.init)
+        ready = run.phase == "Running" and all(c.state == "running" for c in run.regular)
+        done_reason = "PodCompleted" if run.phase == "Succeeded" else "PodFailed"
+
+        def cond(kind: str, ok: bool, reason: str = "") -> Dict[str, Any]:
+            out = {"type": kind, "status": "True" if ok else "False", "lastTransitionTime": now}
+            if not ok and reason:
+                out["reason"] = reason
+            return out
+
+        not_ready = done_reason if run.finished else "ContainersNotReady"
+        status: Dict[str, Any] = {
+            "phase": run.phase, "hostIP": run.node_ip, "hostIPs": [{"ip": run.node_ip}],
+            "podIP": run.ip, "podIPs": [{"ip": run.ip}], "startTime": run.start_time,
+            "conditions": [cond("PodScheduled", True),
+                           cond("Initialized", initialized, "ContainersNotInitialized"),
+                           cond("ContainersReady", ready, not_ready), cond("Ready", ready, not_ready)],
+            "containerStatuses": [c.status() for c in run.regular],
+        }
+        if run.init:
+            status["initContainerStatuses"] = [c.status() for c in run.init]
+        if message:
+            status["message"] = message
+        try:
+            self.core.patch_namespaced_pod_status(run.name, run.namespace, {"status": status})
+        except client.ApiException as exc:
+            if exc.status not in (404, 409, 422):
+                raise
+            LOG.info("pod %s/%s: status not written (%s)", run.namespace, run.name, exc.status)
+
+    def _argo_kill_commands(self, pod: Dict[str, Any], run: PodRun) -> Dict[str, str]:
+        """For an Argo pod: Argo's per-container kill command (``podsignal.py``, run by kwok's exec on
+        the host) and the kwok ``Exec`` object that lets kwok serve ``pods/exec`` for this pod only.
+
+        Argo signals a stopped or terminated workflow's containers through ``pods/exec``; without
+        this the signal never reaches a process node's pod."""
+        meta = pod["metadata"]
+        names = [c.name for c in run.regular]
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                                  "uid": meta["uid"]}]},
+                "spec": {"execs": [{"containers": names, "local": {}}]}}
+        self.co.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"], "execs", body)
+        return {f"{ARGO_KILL_CMD}{name}": json.dumps(
+            [sys.executable, str(HERE / "podsignal.py"), str(run.dir / f"{name}.pid"), run.netns, "%d"])
+            for name in names}
+
+    def _create_logs_object(self, pod: Dict[str, Any], run: PodRun) -> None:
         from kubernetes import client
 
         meta = pod["metadata"]
@@ -319,7 +576,8 @@ class Agent:
                 "metadata": {"name": meta["name"], "namespace": meta["namespace"],
                              "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
                                                   "uid": meta["uid"]}]},
-                "spec": {"logs": [{"containers": [container], "logsFile": str(log_file), "follow": True}]}}
+                "spec": {"logs": [{"containers": [c.name], "logsFile": str(c.log_file), "follow": True}
+                                  for c in run.containers]}}
         for _ in range(2):
             try:
                 self.co.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"],
@@ -332,11 +590,12 @@ class Agent:
                 self.co.delete_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"],
                                                         "logs", meta["name"])
         # kwok learns of the Logs object through its watch; until then pods/log fails. Start the
-        # process only once the log is readable, so a pod that dies at once still has its log read.
+        # processes only once the log is readable, so a pod that dies at once still has its log read.
         deadline = time.monotonic() + 10
+        first = run.containers[0].name
         while True:
             try:
-                self.core.read_namespaced_pod_log(meta["name"], meta["namespace"], container=container,
+                self.core.read_namespaced_pod_log(meta["name"], meta["namespace"], container=first,
                                                   tail_lines=1)
                 return
             except client.ApiException as exc:
@@ -347,27 +606,36 @@ class Agent:
                 time.sleep(0.1)
 
     def _fail_unstartable(self, pod: Dict[str, Any], message: str) -> None:
-        meta = pod["metadata"]
-        LOG.error("pod %s/%s cannot run: %s", meta["namespace"], meta["name"], message)
-        self.core.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {"annotations": {
-            ANN_EXIT_CODE: "128", ANN_MESSAGE: message[:1000]}}})
+        from kubernetes import client
 
-    def _finish(self, run: PodRun) -> None:
-        """The main process exited: stop what is left in the pod, report the exit code."""
-        code = run.proc.returncode
-        run.exit_code = 128 - code if code < 0 else code
-        self._kill_netns(run.netns)
-        for t in run.pumps:
-            t.join(5)
-        LOG.info("pod %s/%s: exited with %s", run.namespace, run.name, run.exit_code)
-        self._annotate(run, {ANN_EXIT_CODE: str(run.exit_code)})
-        run.reported = True
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        LOG.error("pod %s/%s cannot run: %s", meta["namespace"], meta["name"], message)
+        now = _k8s_time()
+
+        def failed(c: Dict[str, Any]) -> Dict[str, Any]:
+            return {"name": c["name"], "image": c.get("image", ""), "imageID": "", "restartCount": 0,
+                    "ready": False, "started": False,
+                    "state": {"terminated": {"exitCode": 128, "reason": "StartError",
+                                             "message": message[:1000], "finishedAt": now}}}
+
+        status = {"phase": "Failed", "message": message[:1000], "reason": "StartError",
+                  "containerStatuses": [failed(c) for c in spec.get("containers") or []]}
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+            self.core.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {"annotations": {
+                ANN_EXIT_CODE: "128", ANN_MESSAGE: message[:1000]}}})
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def _terminate(self, run: PodRun, grace_s: float) -> None:
         try:
-            self._kill_netns(run.netns, grace_s=grace_s, main=run.proc)
-            for t in run.pumps:
-                t.join(5)
+            run.terminating = True
+            mains = [c.proc for c in run.containers if c.proc is not None]
+            self._kill_netns(run.netns, grace_s=grace_s, mains=mains)
+            for c in run.containers:
+                for t in c.pumps:
+                    t.join(5)
             self._remove_netns(run.netns)
             LOG.info("pod %s/%s: terminated (grace %.0fs)", run.namespace, run.name, grace_s)
             self._force_delete(run.namespace, run.name, run.uid)
@@ -407,7 +675,7 @@ class Agent:
                         # a pod's own name; or a Service's name for an endpoint that is no pod's
                         peers.append((ep.addresses[0], ep.hostname or "", svc))
             for run in list(self.pods.values()):
-                if run.namespace == ns and not run.terminating and run.exit_code is None:
+                if run.namespace == ns and not run.terminating and not run.finished:
                     self._write_hosts(run, peers)
 
     # ----------------------------------------------------------------- main loop
@@ -452,8 +720,6 @@ class Agent:
                     except (podspec.PodSpecError, image_env.ImageError) as exc:
                         self._fail_unstartable(pod, str(exc))
                     continue
-                if run.proc is not None and run.proc.poll() is not None and not run.reported:
-                    self._finish(run)
         for uid, run in list(self.pods.items()):
             if uid not in seen and not run.terminating:  # deleted behind our back (e.g. force delete)
                 run.terminating = True
@@ -462,8 +728,9 @@ class Agent:
 
     def run(self) -> None:
         self.setup_bridge()
-        LOG.info("agent ready: bridge namespace %s, images %s", self.bridge_ns,
-                 {k: str(v) for k, v in self.images.items()})
+        LOG.info("agent ready: bridge namespace %s, images %s, binary images %s", self.bridge_ns,
+                 {k: str(v) for k, v in self.images.items()},
+                 {k: str(v) for k, v in self.binary_images.items()})
         while not self.stop_event.is_set():
             try:
                 self._sync()
@@ -474,7 +741,8 @@ class Agent:
     def shutdown(self) -> None:
         """Kill every pod process, remove every namespace and the mount points it created."""
         for run in list(self.pods.values()):
-            self._kill_netns(run.netns, main=run.proc)
+            run.terminating = True
+            self._kill_netns(run.netns, mains=[c.proc for c in run.containers if c.proc is not None])
             self._remove_netns(run.netns)
         for line in _ip("netns", "list", check=False).stdout.splitlines():
             name = line.split()[0] if line.strip() else ""
@@ -500,6 +768,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--prefix", required=True, help="name prefix of the network namespaces")
     parser.add_argument("--image", action="append", default=[], metavar="REPO=DOCKERFILE",
                         help="map images whose last path segment is REPO to DOCKERFILE")
+    parser.add_argument("--binary-image", action="append", default=[], metavar="REPO=DIR",
+                        help="map images whose last path segment is REPO to the host binaries in DIR "
+                             "(first on the container's PATH; for Go programs built on the host)")
+    parser.add_argument("--service-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable every container gets, as a kubelet's service variables "
+                             "(KUBERNETES_SERVICE_HOST, ...)")
     parser.add_argument("--context", type=Path, default=HERE.parents[1],
                         help="build context of the Dockerfiles' COPY sources")
     args = parser.parse_args(argv)
@@ -508,8 +782,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     for item in args.image:
         repo, _, dockerfile = item.partition("=")
         images[repo] = Path(dockerfile)
+    binaries = {}
+    for item in args.binary_image:
+        repo, _, bin_dir = item.partition("=")
+        binaries[repo] = Path(bin_dir)
+    service_env = dict(item.partition("=")[::2] for item in args.service_env)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    agent = Agent(args.kubeconfig, args.workdir, args.prefix, images, args.context)
+    agent = Agent(args.kubeconfig, args.workdir, args.prefix, images, args.context,
+                  binary_images=binaries, service_env=service_env)
     # A parent that blocks these while it waits (``ctr-volcano minicluster up``) passes its mask on.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     signal.signal(signal.SIGTERM, lambda *_: agent.stop_event.set())

@@ -1,7 +1,8 @@
-"""Pure rendering of a bound pod into what a process-backed node runs: argv, env, mounts, user.
+"""Pure rendering of a bound pod into what a process-backed node runs: per container argv, env,
+mounts, user; init containers first, in order.
 
-This is the part of a kubelet that reads the pod spec: container defaults from the image, the
-container's ``command``/``args``/``workingDir``, its ``env`` (plain values, ``$(VAR)`` expansion,
+This is the part of a kubelet that reads the pod spec: container defaults from each container's
+image, the container's ``command``/``args``/``workingDir``, its ``env`` (plain values, ``$(VAR)`` expansion,
 ``fieldRef``, ``secretKeyRef``, ``configMapKeyRef``), ``envFrom``, and its volumes (``configMap``,
 ``secret``, ``projected`` service-account token, ``downwardAPI``, ``persistentVolumeClaim``,
 ``emptyDir``, ``hostPath``) with their ``volumeMounts``. No I/O: the API lookups are passed in as
@@ -19,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-__all__ = ["NotReady", "PodSpecError", "Lookups", "Mount", "LaunchPlan", "render_pod",
-           "expand_vars", "hosts_file", "pod_hostname"]
+__all__ = ["NotReady", "PodSpecError", "Lookups", "Mount", "LaunchPlan", "ImageDefaults", "PodPlan",
+           "render_pod", "render_volumes", "expand_vars", "hosts_file", "pod_hostname"]
 
 
 class NotReady(Exception):
@@ -69,6 +70,10 @@ class Mount:
     mode: int = 0o644
     read_only: bool = False
     tmpfs: bool = False
+    #: the pod volume this mount belongs to: every container mounting it sees one directory
+    volume: str = ""
+    #: ``subPath`` inside that volume (created in an emptyDir, as a kubelet does)
+    sub_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,29 @@ class LaunchPlan:
     mounts: Tuple[Mount, ...]
     container: str
     grace_s: int = 30
+    image: str = ""
+
+
+@dataclass(frozen=True)
+class ImageDefaults:
+    """What a container inherits from its image: ``ENV``, ``CMD``, ``WORKDIR``, ``USER``."""
+
+    env: Mapping[str, str]
+    cmd: Tuple[str, ...] = ()
+    workdir: str = ""
+    user: Optional[Tuple[int, int]] = None
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """The whole pod: init containers (run one after the other) and containers (run together)."""
+
+    init: Tuple[LaunchPlan, ...]
+    containers: Tuple[LaunchPlan, ...]
+
+    @property
+    def all(self) -> Tuple[LaunchPlan, ...]:
+        return self.init + self.containers
 
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
@@ -130,10 +158,12 @@ def _decode(data: Mapping[str, str], key: str) -> str:
 
 
 def _env(pod: Mapping[str, Any], container: Mapping[str, Any], image_env: Mapping[str, str],
-         lookups: Lookups, pod_ip: str, node_ip: str) -> Dict[str, str]:
+         lookups: Lookups, pod_ip: str, node_ip: str,
+         service_env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     ns = pod["metadata"]["namespace"]
     env: Dict[str, str] = dict(image_env)
     env["HOSTNAME"] = pod_hostname(pod)
+    env.update(service_env or {})   # the kubelet's service variables; the container's own win
     declared: Dict[str, str] = {}   # what $(VAR) may refer to: the container's own variables
     for src in container.get("envFrom") or []:
         prefix = src.get("prefix", "")
@@ -252,52 +282,46 @@ def _volume(pod: Mapping[str, Any], vol: Mapping[str, Any], lookups: Lookups, po
                        "on process nodes")
 
 
-def render_pod(pod: Mapping[str, Any], *, image_env: Mapping[str, str], image_cmd: Tuple[str, ...],
-               image_workdir: str, image_user: Optional[Tuple[int, int]], lookups: Lookups,
-               pod_ip: str, node_ip: str) -> LaunchPlan:
-    """The launch plan of ``pod``'s single container.
-
-    Args:
-        pod: the pod as the API returns it (camelCase JSON).
-        image_env: the image's ``ENV`` (the container's ``env`` overrides it).
-        image_cmd: the image's ``CMD`` (used when the container gives neither command nor args).
-        image_workdir: the image's ``WORKDIR``.
-        image_user: the image's ``USER`` (``runAsUser``/``runAsGroup`` override it).
-        lookups: API reads (secrets, configmaps, claims, tokens).
-        pod_ip: the address the node gave the pod (``status.podIP``).
-        node_ip: the node's address (``status.hostIP``).
+def render_volumes(pod: Mapping[str, Any], lookups: Lookups, pod_ip: str, node_ip: str) -> Dict[str, Mount]:
+    """The pod's volumes by name (targets empty: each container's ``volumeMounts`` place them).
 
     Raises:
         NotReady: a referenced object is missing; retry later.
-        PodSpecError: the pod cannot run on a process node.
+        PodSpecError: a volume type a process node cannot give.
     """
     spec = pod.get("spec") or {}
-    containers = spec.get("containers") or []
-    if len(containers) != 1 or spec.get("initContainers"):
-        raise PodSpecError(f"process nodes run pods with exactly one container and no init containers "
-                           f"(this pod has {len(containers)} and "
-                           f"{len(spec.get('initContainers') or [])} init)")
-    c = containers[0]
-    env = _env(pod, c, image_env, lookups, pod_ip, node_ip)
+    out = {}
+    for v in spec.get("volumes") or []:
+        m = _volume(pod, v, lookups, pod_ip, node_ip)
+        out[v["name"]] = Mount(target="", source=m.source, files=m.files, mode=m.mode,
+                               read_only=m.read_only, tmpfs=m.tmpfs, volume=v["name"])
+    return out
+
+
+def _container(pod: Mapping[str, Any], c: Mapping[str, Any], image: ImageDefaults,
+               volumes: Mapping[str, Mount], lookups: Lookups, pod_ip: str, node_ip: str,
+               service_env: Optional[Mapping[str, str]]) -> LaunchPlan:
+    spec = pod.get("spec") or {}
+    env = _env(pod, c, image.env, lookups, pod_ip, node_ip, service_env)
     if c.get("command"):
         argv = list(c["command"]) + list(c.get("args") or [])
     elif c.get("args"):
         argv = list(c["args"])
     else:
-        argv = list(image_cmd)
+        argv = list(image.cmd)
     if not argv:
-        raise PodSpecError("the container has no command, no args, and the image no CMD")
+        raise PodSpecError(f"container {c['name']}: no command, no args, and the image no CMD")
     argv = [expand_vars(a, env) for a in argv]
     pod_sc, c_sc = spec.get("securityContext") or {}, c.get("securityContext") or {}
     uid = c_sc.get("runAsUser", pod_sc.get("runAsUser"))
     gid = c_sc.get("runAsGroup", pod_sc.get("runAsGroup"))
-    if uid is None and image_user:
-        uid, gid = image_user[0], image_user[1] if gid is None else gid
+    if uid is None and image.user:
+        uid, gid = image.user[0], image.user[1] if gid is None else gid
     if uid is None and (c_sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
-        raise PodSpecError("runAsNonRoot is set but neither the pod nor the image names a UID")
+        raise PodSpecError(f"container {c['name']}: runAsNonRoot is set but neither the pod nor the image "
+                           "names a UID")
     if uid == 0 and (c_sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
-        raise PodSpecError("runAsNonRoot is set but the pod runs as UID 0")
-    volumes = {v["name"]: _volume(pod, v, lookups, pod_ip, node_ip) for v in spec.get("volumes") or []}
+        raise PodSpecError(f"container {c['name']}: runAsNonRoot is set but the pod runs as UID 0")
     mounts: List[Mount] = []
     for vm in c.get("volumeMounts") or []:
         if vm["name"] not in volumes:
@@ -306,16 +330,51 @@ def render_pod(pod: Mapping[str, Any], *, image_env: Mapping[str, str], image_cm
         sub = vm.get("subPath", "")
         if sub and (sub.startswith("/") or ".." in sub.split("/")):
             raise PodSpecError(f"volumeMount {vm['mountPath']}: subPath {sub!r} must be relative")
-        mounts.append(Mount(target=vm["mountPath"], source=base.source, files=base.files,
-                            mode=base.mode, read_only=bool(vm.get("readOnly")) or base.read_only,
-                            tmpfs=base.tmpfs) if not sub else
-                      Mount(target=vm["mountPath"], source=f"{base.source}/{sub}" if base.source else sub,
-                            files=base.files, mode=base.mode, tmpfs=base.tmpfs,
-                            read_only=bool(vm.get("readOnly")) or base.read_only))
-    return LaunchPlan(argv=tuple(argv), env=tuple(env.items()), workdir=c.get("workingDir") or image_workdir or "/",
+        # a host directory's subPath is a host path; in a volume the agent makes (emptyDir, content
+        # volumes) it is resolved there
+        joined = bool(sub and base.source)
+        mounts.append(Mount(target=vm["mountPath"], source=f"{base.source}/{sub}" if joined else base.source,
+                            files=base.files, mode=base.mode,
+                            read_only=bool(vm.get("readOnly")) or base.read_only, tmpfs=base.tmpfs,
+                            volume=base.volume or vm["name"], sub_path="" if joined else sub))
+    return LaunchPlan(argv=tuple(argv), env=tuple(env.items()), workdir=c.get("workingDir") or image.workdir or "/",
                       uid=None if uid is None else int(uid), gid=None if gid is None else int(gid),
                       hostname=pod_hostname(pod), mounts=tuple(mounts), container=c["name"],
-                      grace_s=int(spec.get("terminationGracePeriodSeconds", 30)))
+                      grace_s=int(spec.get("terminationGracePeriodSeconds", 30)), image=str(c.get("image", "")))
+
+
+def render_pod(pod: Mapping[str, Any], *, images: Callable[[str], ImageDefaults], lookups: Lookups,
+               pod_ip: str, node_ip: str, service_env: Optional[Mapping[str, str]] = None) -> PodPlan:
+    """The launch plans of ``pod``'s init containers and containers.
+
+    Args:
+        pod: the pod as the API returns it (camelCase JSON).
+        images: image reference -> its defaults (``ENV`` -- the container's ``env`` overrides it --,
+            ``CMD`` for a container with neither command nor args, ``WORKDIR``, ``USER``, which
+            ``runAsUser``/``runAsGroup`` override); may raise :class:`PodSpecError`.
+        lookups: API reads (secrets, configmaps, claims, tokens).
+        pod_ip: the address the node gave the pod (``status.podIP``).
+        node_ip: the node's address (``status.hostIP``).
+        service_env: variables a kubelet puts in every container (``KUBERNETES_SERVICE_HOST``, ...).
+
+    Raises:
+        NotReady: a referenced object is missing; retry later.
+        PodSpecError: the pod cannot run on a process node.
+    """
+    spec = pod.get("spec") or {}
+    if not spec.get("containers"):
+        raise PodSpecError("the pod has no containers")
+    volumes = render_volumes(pod, lookups, pod_ip, node_ip)
+    for c in spec.get("initContainers") or []:
+        if c.get("restartPolicy") == "Always":
+            raise PodSpecError(f"init container {c['name']}: sidecar containers (restartPolicy Always) "
+                               "are not supported on process nodes")
+
+    def plans(key: str) -> Tuple[LaunchPlan, ...]:
+        return tuple(_container(pod, c, images(str(c.get("image", ""))), volumes, lookups, pod_ip, node_ip,
+                                service_env) for c in spec.get(key) or [])
+
+    return PodPlan(init=plans("initContainers"), containers=plans("containers"))
 
 
 def hosts_file(pod_ip: str, hostname: str, subdomain: str, namespace: str,

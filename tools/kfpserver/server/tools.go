@@ -5,6 +5,12 @@
 package tools
 
 import (
+	_ "github.com/argoproj/argo-workflows/v3/cmd/argoexec"
+	_ "github.com/argoproj/argo-workflows/v3/cmd/workflow-controller"
+	_ "github.com/kubeflow/pipelines/backend/src/agent/persistence"
 	_ "github.com/kubeflow/pipelines/backend/src/apiserver"
+	_ "github.com/kubeflow/pipelines/backend/src/crd/controller/scheduledworkflow"
+	_ "github.com/kubeflow/pipelines/backend/src/v2/cmd/driver"
+	_ "github.com/kubeflow/pipelines/backend/src/v2/cmd/launcher-v2"
 	_ "google.golang.org/protobuf/cmd/protoc-gen-go"
 )
