@@ -21,6 +21,7 @@ TRAIN_REQUIRES = [
     "paddlepaddle==3.0.0",
     "numpy>=2",
     "protobuf>=6.31.1,<7",     # 7.x breaks Paddle's DistributedStrategy (a_sync); kfp takes >= 6.31.1
+    "setuptools>=65",          # `import paddle` imports it; venvs of Python 3.12+ come without it
 ]
 
 TEST_REQUIRES = [

@@ -28,7 +28,7 @@ __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
     "ENV_ROLE", "ENV_PS_PORT", "ENV_PS_PORT_STRIDE", "ENV_GLOO_PORT", "ENV_DATA_DIR",
     "ENV_OUTPUT_DIR", "ENV_TRAIN_CONFIG", "ENV_JOB_ID", "ENV_VOLCANO_DIR", "ENV_PSERVERS",
-    "ENV_TRAINERS", "ENV_INIT_MODEL", "ENV_DNS_WAIT", "ENV_PUBLISH_TIMEOUT", "EXIT_BAD_INPUT",
+    "ENV_TRAINERS", "ENV_INIT_MODEL", "ENV_DNS_WAIT", "ENV_PUBLISH_TIMEOUT", "ENV_PSERVER_WAIT", "EXIT_BAD_INPUT",
     "GangContract", "role_env", "volcano_plugin_env", "host_file_contents",
     "ContractError", "RoleSpec", "parse_role_env", "paddle_env",
 ]
@@ -58,6 +58,7 @@ ENV_VOLCANO_DIR = "CTR_VOLCANO_DIR"        # host-file dir; default /etc/volcano
 ENV_INIT_MODEL = "CTR_INIT_MODEL"          # optional: exported model to warm-start from (shared storage)
 ENV_DNS_WAIT = "CTR_DNS_WAIT_S"            # optional: seconds to wait for host names (default 120)
 ENV_PUBLISH_TIMEOUT = "CTR_PUBLISH_TIMEOUT_S"  # optional: trainer 0's wait for the pservers' uploads (600)
+ENV_PSERVER_WAIT = "CTR_PSERVER_WAIT_S"    # optional: a trainer's wait for the pservers to serve (600)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,8 @@ class RoleSpec:
             pod starts, and Paddle, given a name that does not resolve yet, exits 0 as if done).
         publish_timeout_s: how long trainer 0 waits for the pservers to upload what they saved, in
             the object-store hand-off (``CTR_PUBLISH_TIMEOUT_S``).
+        pserver_wait_s: how long a trainer waits for pserver 0's rendezvous server and for every
+            pserver to accept connections before it fails (``CTR_PSERVER_WAIT_S``).
     """
 
     role: str
@@ -207,6 +210,7 @@ class RoleSpec:
     init_model: str = ""
     dns_wait_s: float = 120.0
     publish_timeout_s: float = 600.0
+    pserver_wait_s: float = 600.0
 
     @property
     def pservers(self) -> int:
@@ -336,6 +340,7 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
     _cross_check(env, role, index, pserver_hosts, trainer_hosts, ps_port, stride, bad)
     dns_wait_s = _seconds_var(env, ENV_DNS_WAIT, 120.0, bad)
     publish_timeout_s = _seconds_var(env, ENV_PUBLISH_TIMEOUT, 600.0, bad)
+    pserver_wait_s = _seconds_var(env, ENV_PSERVER_WAIT, 600.0, bad)
     if missing or bad:
         parts = []
         if missing:
@@ -350,7 +355,7 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
                     gloo_port=gloo_port, data_dir=data_dir, output_dir=output_dir,
                     train_config_json=env.get(ENV_TRAIN_CONFIG, "") or "{}",
                     init_model=env.get(ENV_INIT_MODEL, "").strip(), dns_wait_s=dns_wait_s,
-                    publish_timeout_s=publish_timeout_s)
+                    publish_timeout_s=publish_timeout_s, pserver_wait_s=pserver_wait_s)
 
 
 def paddle_env(spec: RoleSpec) -> Dict[str, str]:

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ["serve_rendezvous", "wait_for_endpoints", "PSERVER_WAIT_S"]
+__all__ = ["serve_rendezvous", "wait_for_endpoints"]
 
 _LISTENING = "listening"
 
@@ -107,17 +107,13 @@ def _child_main(argv) -> int:
     return 0
 
 
-#: How long a trainer polls the pservers' ports itself before handing over to Paddle's own check.
-PSERVER_WAIT_S = 600.0
-
-
 def wait_for_endpoints(endpoints: Sequence[str], timeout_s: float, interval_s: float = 0.05) -> bool:
     """Poll ``host:port`` endpoints until every one accepts a connection; ``False`` after ``timeout_s``.
 
     Paddle's ``wait_server_ready`` (called inside ``minimize``) makes the same check but sleeps 3 s
     between attempts, and the pservers are still starting when the trainers get there: every run
     slept 3-6 s there (docs/performance.md). Waiting here at ``interval_s`` lets Paddle's check pass
-    at once. On timeout the caller goes on and Paddle keeps waiting its own way.
+    at once. On timeout the trainer fails (``ctr_model.train.PeersUnreachable``).
     """
     pending = list(dict.fromkeys(endpoints))
     deadline = time.monotonic() + timeout_s

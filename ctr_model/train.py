@@ -48,7 +48,7 @@ from ctr_model.data import (
     resolve_split,
 )
 from ctr_model.logs import human_seconds, setup_logging
-from ctr_model.rendezvous import PSERVER_WAIT_S, serve_rendezvous, wait_for_endpoints
+from ctr_model.rendezvous import serve_rendezvous, wait_for_endpoints
 from ctr_model.tablegzip import use_fast_gzip
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
@@ -106,7 +106,8 @@ def _build(config: TrainConfig, spec: Optional[RoleSpec] = None):
     paddle.static.default_main_program().random_seed = config.seed
     paddle.static.default_startup_program().random_seed = config.seed
     if spec is not None:
-        _wait_logged("pserver 0's rendezvous server", [f"{spec.pserver_hosts[0]}:{spec.gloo_port}"])
+        _wait_logged("pserver 0's rendezvous server", [f"{spec.pserver_hosts[0]}:{spec.gloo_port}"],
+                     spec.pserver_wait_s)
     fleet.init(is_collective=False)
     net = build_net(config, ps_mode=True)
     # persistable accumulator of the summed loss, read by the progress thread
@@ -121,16 +122,28 @@ def _build(config: TrainConfig, spec: Optional[RoleSpec] = None):
     table.shard_num = config.sparse_shards
     optimizer = fleet.distributed_optimizer(make_optimizer(config), strategy)
     if spec is not None:
-        _wait_logged("the pservers", spec.ps_endpoints())
+        _wait_logged("the pservers", spec.ps_endpoints(), spec.pserver_wait_s)
     optimizer.minimize(net.loss)
     return fleet, net
 
 
-def _wait_logged(what: str, endpoints: Sequence[str]) -> None:
+class PeersUnreachable(RuntimeError):
+    """The pservers (or pserver 0's rendezvous server) never accepted a connection.
+
+    Paddle's own check (``wait_server_ready``) polls every 3 s without a bound, so a gang whose
+    pservers died before serving would hang until the stall watchdog. The trainer fails instead,
+    after ``CTR_PSERVER_WAIT_S``: exit 1, which the Job's policies treat as a failure of the gang.
+    """
+
+
+def _wait_logged(what: str, endpoints: Sequence[str], timeout_s: float) -> None:
     t = time.time()
-    ready = wait_for_endpoints(endpoints, PSERVER_WAIT_S)
-    log.info(f"{what} {'ready' if ready else 'not ready'} after {time.time() - t:.2f}s of waiting "
-             f"({', '.join(endpoints)})")
+    ready = wait_for_endpoints(endpoints, timeout_s)
+    waited = time.time() - t
+    if not ready:
+        raise PeersUnreachable(f"{what} did not accept connections within {waited:.0f}s "
+                               f"({', '.join(endpoints)}, CTR_PSERVER_WAIT_S): see the pservers' logs for why they are not serving")
+    log.info(f"{what} ready after {waited:.2f}s of waiting ({', '.join(endpoints)})")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -728,6 +741,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ConfigError, DataError, WarmStartError, s3.StoreError) as exc:
         log.error(f"{spec.name}: error: {exc}")
         return EXIT_BAD_INPUT
+    except PeersUnreachable as exc:
+        log.error(f"{spec.name}: error: {exc}")
+        return 1
     finally:
         if scratch is not None:
             import shutil

@@ -103,16 +103,16 @@ def test_inconsistent_counts_and_index_are_refused(tmp_path):
 
 
 def test_timeouts_come_from_the_contract_and_bad_ones_are_reported_with_the_rest(tmp_path):
-    """CTR_DNS_WAIT_S and CTR_PUBLISH_TIMEOUT_S are read when the pod's contract is, not at import
+    """CTR_DNS_WAIT_S, CTR_PUBLISH_TIMEOUT_S and CTR_PSERVER_WAIT_S are read when the pod's contract is, not at import
     time, and a bad one is listed with every other bad variable."""
     env = _pod_env("trainer", 0, tmp_path)
     spec = parse_role_env(env)
-    assert (spec.dns_wait_s, spec.publish_timeout_s) == (120.0, 600.0)
-    env.update(CTR_DNS_WAIT_S="5", CTR_PUBLISH_TIMEOUT_S="30.5")
+    assert (spec.dns_wait_s, spec.publish_timeout_s, spec.pserver_wait_s) == (120.0, 600.0, 600.0)
+    env.update(CTR_DNS_WAIT_S="5", CTR_PUBLISH_TIMEOUT_S="30.5", CTR_PSERVER_WAIT_S="7")
     spec = parse_role_env(env)
-    assert (spec.dns_wait_s, spec.publish_timeout_s) == (5.0, 30.5)
-    env.update(CTR_DNS_WAIT_S="soon", CTR_PUBLISH_TIMEOUT_S="-1", CTR_TRAINERS="3")
+    assert (spec.dns_wait_s, spec.publish_timeout_s, spec.pserver_wait_s) == (5.0, 30.5, 7.0)
+    env.update(CTR_DNS_WAIT_S="soon", CTR_PUBLISH_TIMEOUT_S="-1", CTR_PSERVER_WAIT_S="0x", CTR_TRAINERS="3")
     with pytest.raises(ContractError) as err:
         parse_role_env(env)
     assert all(s in str(err.value) for s in ("CTR_DNS_WAIT_S='soon'", "CTR_PUBLISH_TIMEOUT_S='-1'",
-                                              "CTR_TRAINERS=3"))
+                                              "CTR_PSERVER_WAIT_S='0x'", "CTR_TRAINERS=3"))

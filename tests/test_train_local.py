@@ -194,6 +194,22 @@ def test_short_epochs_checkpoint_only_at_the_end(planted, job_id, tmp_path):
     assert result.metrics["test"]["auc"] > 0.6
 
 
+def test_trainer_fails_clearly_when_the_pservers_never_serve(planted, tmp_path):
+    """Nobody listens on pserver 0's rendezvous port: the trainer gives up after CTR_PSERVER_WAIT_S
+    with one line naming the endpoint, exit 1, instead of waiting forever as Paddle's check does."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = _pod_env(tmp_path, "trainer", 0, port, data_dir=planted[0])
+    env["CTR_PSERVER_WAIT_S"] = "2"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ctr_model.train"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"did not accept connections within 2s (127.0.0.1:{port + 1}, CTR_PSERVER_WAIT_S)" in proc.stderr
+    assert time.monotonic() - started >= 2
+
+
 def test_trainer_waits_for_pserver_ports_itself():
     """The trainer's own readiness poll (``wait_for_endpoints``) returns once every port accepts, and
     gives up after its timeout on a port nobody listens on."""

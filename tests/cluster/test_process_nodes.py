@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +34,12 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "example.invalid/ctr-volcano/ctr-trainer:process-nodes"
+
+
+def _trainer_pin(package: str) -> str:
+    """The exact version the trainer image installs of ``package`` (its Dockerfile is the truth)."""
+    text = (REPO / "dockerfiles" / "Dockerfile.trainer").read_text()
+    return re.search(rf'"{re.escape(package)}==([^"]+)"', text).group(1)
 
 
 def _claim(sandbox, tmp_path: Path, name: str = "ctr-data") -> Path:
@@ -146,7 +153,7 @@ def test_pod_runs_as_a_process_with_its_spec(sandbox, tmp_path):
     # the trainer image: its venv, its PYTHONPATH/HOME/WORKDIR, paddle but no pandas
     assert probe["env"]["PYTHONPATH"] == "/opt/ctr" and probe["cwd"] == "/home/ctr"
     assert probe["prefix"] == probe["env"]["VIRTUAL_ENV"] and "/images/" in probe["prefix"]
-    assert probe["paddle"] == "2.6.2"
+    assert probe["paddle"] == _trainer_pin("paddlepaddle")
     assert "No module named 'pandas'" in probe["pandas"]
     # the emptyDir was the pod's own: nothing of it is on the host
     assert not Path("/opt/scratch/x").exists()
