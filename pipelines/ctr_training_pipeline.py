@@ -73,6 +73,7 @@ def ctr_training_pipeline(
     image: str = "",
     queue: str = "default",
     priority_class: str = "",
+    artifact_store: str = "pvc",
     pvc_name: str = DEFAULT_PVC_NAME,
     cpu: str = "1",
     memory: str = "2Gi",
@@ -101,6 +102,7 @@ def ctr_training_pipeline(
         image: trainer container image; empty means the release's default trainer image.
         queue: Volcano queue to submit the job to.
         priority_class: Kubernetes PriorityClass of the gang's pods; empty for none.
+        artifact_store: how data and model travel between the steps and the gang: "pvc" (a shared volume: the run workspace, or pvc_name in the legacy variant) or "s3" (KFP's own object store with its own credentials, no shared volume for the gang).
         pvc_name: ReadWriteMany PVC mounted by the training step and its gang, through which data and model travel; it must exist in the run's namespace.
         cpu: CPU request of every pod of the gang (the training task's own CPU request, passed through to the gang).
         memory: memory request and limit of every pod of the gang (the training task's own memory request and limit, passed through to the gang).
@@ -126,7 +128,7 @@ def ctr_training_pipeline(
         train_data=prep.outputs["train_data"], backend=backend, pservers=pservers, trainers=trainers,
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, max_retry=max_retry,
         namespace=namespace, image=image, queue=queue, priority_class=priority_class,
-        schedule_timeout_s=schedule_timeout_s,
+        artifact_store=artifact_store, schedule_timeout_s=schedule_timeout_s,
         run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
     if pvc_name is None:  # the KFP way: resources set on the task, hand-off through the run workspace
         train = train_ctr(**common, workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER)

@@ -246,7 +246,8 @@ def _task_outputs(run: Any) -> Dict[str, Dict[str, List[int]]]:
 def test_training_run_succeeds_on_the_real_backend(kfp_stack):
     stack = kfp_stack
     t0 = time.monotonic()
-    res = _submit(stack, "--run-name", "e2e-training", "-p", "backend=volcano", *SAMPLE_TRAINING)
+    res = _submit(stack, "--run-name", "e2e-training", "-p", "backend=volcano", "-p", "artifact_store=s3",
+                  *SAMPLE_TRAINING)
     run = _wait_run(stack, res["id"], timeout=1500)
     wall = time.monotonic() - t0
     assert str(run.state) == "SUCCEEDED", _failure_report(stack, res["id"])
@@ -284,6 +285,14 @@ def test_training_run_succeeds_on_the_real_backend(kfp_stack):
     files = stack.s3.filesystem().get_file_info(pafs.FileSelector(model["uri"][len("minio://"):], recursive=True))
     names = {Path(f.path).name for f in files if f.type == pafs.FileType.File}
     assert "model_meta.json" in names, sorted(names)
+    # The object-store hand-off: the gang read and wrote s3:// and mounted no volume of the run
+    job = next(j for j in _volcano_jobs(stack)
+               if j["metadata"].get("annotations", {}).get("ctr-volcano/kfp-run-id") == res["id"])
+    for task in job["spec"]["tasks"]:
+        pod = task["template"]["spec"]
+        env = {e["name"]: e.get("value", "") for c in pod["containers"] for e in c.get("env", [])}
+        assert env["CTR_DATA_DIR"].startswith("s3://") and env["CTR_OUTPUT_DIR"].startswith("s3://"), env
+        assert not [v for v in pod.get("volumes", []) if "persistentVolumeClaim" in v], pod.get("volumes")
 
 
 def _gang_pods(stack: KfpStack) -> List[Any]:
