@@ -88,6 +88,11 @@ def _bare_role() -> int:
         return 0
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
+    # Paddle 3.0.0 no longer waits for the pservers here (init_worker failed with "push dense param
+    # failed" 4 s before they served): wait as our trainer does, outside the timed loop
+    from ctr_model.rendezvous import wait_for_endpoints
+
+    wait_for_endpoints(os.environ["PADDLE_PSERVERS_IP_PORT_LIST"].split(","), 600)
     fleet.init_worker()
     files = json.loads(os.environ["BENCH_FILES"])
     rows = int(os.environ["BENCH_ROWS"])
@@ -170,8 +175,12 @@ def run_bare(slot_files, rows_per_file, config: dict, workdir: str) -> dict:
                                           cwd=workdir))
             outs.append(log)
     try:
-        for p in procs:
+        for p in procs[2:]:            # the trainers; trainer 0 stops the pservers when both are done
             p.wait(timeout=1800)
+        for p in procs[:2]:
+            p.wait(timeout=120 if all(t.returncode == 0 for t in procs[2:]) else 1)
+    except subprocess.TimeoutExpired:
+        pass
     finally:
         for p in procs:
             if p.poll() is None:
@@ -188,7 +197,7 @@ def run_bare(slot_files, rows_per_file, config: dict, workdir: str) -> dict:
                 ends.append(r["end"])
                 n += r["examples"]
     total = n / (max(ends) - min(starts)) if starts else 0.0
-    if any(p.returncode != 0 for p in procs):
+    if any(p.returncode != 0 for p in procs[2:]) or any(p.returncode not in (0, -9) for p in procs[:2]):
         raise RuntimeError(f"bare gang failed: exit codes {[p.returncode for p in procs]} (logs in {workdir})")
     return {"ex_per_s": total, "wall_s": wall}
 
