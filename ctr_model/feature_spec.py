@@ -25,7 +25,7 @@ from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
 
 __all__ = ["FORMATS", "DENSE_TRANSFORMS", "POOLINGS", "SpecError", "DenseFeature",
            "CategoricalFeature", "FeatureSpec", "criteo_spec", "spec_from_dict", "load_spec",
-           "spec_from_text"]
+           "spec_from_text", "split_spec"]
 
 FORMATS = ("criteo", "csv", "tsv", "parquet")
 DENSE_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
@@ -388,3 +388,16 @@ def _check_names(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> Non
             problems.append(("columns", name, "column with no role: make it a feature, the label, "
                              "or list it under ignore"))
 
+
+
+def split_spec(schema_doc: Mapping[str, Any]) -> FeatureSpec:
+    """The spec a split directory's ``schema.json`` document carries: the one prep wrote, or the
+    Criteo preset for data written before specs existed (its ``hash_buckets`` kept).
+
+    Raises:
+        SpecError: if the embedded spec is invalid (a hand-edited ``schema.json``).
+    """
+    doc = schema_doc.get("feature_spec")
+    if doc is None:
+        return criteo_spec(int(schema_doc.get("hash_buckets", DEFAULT_HASH_BUCKETS)))
+    return spec_from_dict(doc)

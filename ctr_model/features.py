@@ -58,7 +58,7 @@ __all__ = [
     "dense_transform", "dense_value", "parse_int_field", "column_salt", "column_salt_int", "hash_value",
     "hash_categorical", "hash_slot", "hash_slot_value",
     "transform_line", "arrow_schema", "validate_hash_buckets",
-    "read_split_schema", "check_split_schema", "write_split_schema", "shard_files", "is_shard_name",
+    "read_split_schema", "check_split_schema", "expected_columns", "write_split_schema", "shard_files", "is_shard_name",
 ]
 
 #: Bump whenever the columns, dtypes or transforms change.
@@ -432,20 +432,37 @@ def shard_files(split_dir: str) -> List[str]:
 
 
 def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
-                       files: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
-    """Write ``schema.json`` into a split directory (prep calls this last, as a commit marker)."""
+                       files: Optional[Sequence[Dict[str, Any]]] = None,
+                       feature_spec: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Write ``schema.json`` into a split directory (prep calls this last, as a commit marker).
+
+    ``feature_spec`` is the spec's :meth:`~ctr_model.feature_spec.FeatureSpec.to_dict`; without
+    one the data is the Criteo layout (as every split written before specs existed)."""
     doc: Dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "hash_buckets": int(hash_buckets),
-        "columns": list(RAW_COLUMNS),
+        "columns": expected_columns({"feature_spec": feature_spec}),
         "rows": int(rows),
         "hash_version": HASH_VERSION,
-        "dense_transform": "log1p(max(x, 0)), empty -> 0, float32",
     }
+    if doc["columns"] == list(RAW_COLUMNS):
+        doc["dense_transform"] = "log1p(max(x, 0)), empty -> 0, float32"
     if files is not None:
         doc["files"] = [dict(f) for f in files]
+    if feature_spec is not None:
+        doc["feature_spec"] = feature_spec
     write_json(os.path.join(split_dir, SCHEMA_FILE), doc)
     return doc
+
+
+def expected_columns(doc: Dict[str, Any]) -> List[str]:
+    """The Parquet columns a ``schema.json`` document's feature spec implies (label, dense,
+    categorical); Criteo's without a spec."""
+    spec = doc.get("feature_spec")
+    if not isinstance(spec, dict) or spec.get("format", "criteo") == "criteo":
+        return list(RAW_COLUMNS)
+    return ([str(spec.get("label"))] + [str(d.get("name")) for d in spec.get("dense") or []]
+            + [str(c.get("name")) for c in spec.get("categorical") or []])
 
 
 def read_split_schema(split_dir: str) -> Dict[str, Any]:
@@ -489,10 +506,10 @@ def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None) -
         raise SchemaMismatch(
             f"{split_dir}: schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
             f"re-run `ctr-volcano prep` on the raw data with this version to regenerate it")
-    if list(doc.get("columns") or []) != list(RAW_COLUMNS):
+    if list(doc.get("columns") or []) != expected_columns(doc):
         raise SchemaMismatch(
             f"{split_dir}: columns {doc.get('columns')!r} differ from the expected "
-            f"{list(RAW_COLUMNS)!r}; re-run `ctr-volcano prep` to regenerate the data")
+            f"{expected_columns(doc)!r}; re-run `ctr-volcano prep` to regenerate the data")
     if expected_buckets is not None and doc.get("hash_buckets") != int(expected_buckets):
         raise SchemaMismatch(
             f"{split_dir}: hash_buckets {doc.get('hash_buckets')!r} found, expected "

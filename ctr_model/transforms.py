@@ -32,7 +32,7 @@ from ctr_model.features import BadRow, dense_transform, hash_slot, hash_slot_val
 from ctr_model.features import dense_value as criteo_dense_value
 
 __all__ = ["dense_column", "dense_value", "standardize_stats", "categorical_column",
-           "multivalued_column", "categorical_ids", "parse_number"]
+           "multivalued_column", "categorical_ids", "parse_number", "output_schema"]
 
 
 def _filled(values: Any, fill: float) -> np.ndarray:
@@ -191,3 +191,14 @@ def categorical_ids(spec: FeatureSpec, feature: CategoricalFeature, raw: Any) ->
     items = [one(v) for v in (raw or [])]
     ids = [hash_slot_value(v, slot, slots, buckets) for v in items if v]
     return ids[:int(feature.max_length)] or [slot - 1]
+
+
+def output_schema(spec: FeatureSpec) -> Any:
+    """The pyarrow schema of prep's Parquet for ``spec``: label int8, dense float32, categorical
+    int64 (``list<int64>`` when multi-valued); the Criteo preset's is
+    :func:`ctr_model.features.arrow_schema`."""
+    import pyarrow as pa
+
+    return pa.schema([(spec.label, pa.int8())] + [(d.name, pa.float32()) for d in spec.dense]
+                     + [(c.name, pa.list_(pa.int64()) if c.multivalued else pa.int64())
+                        for c in spec.categorical])

@@ -67,6 +67,9 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="processes parsing and transforming in parallel (default 0: the cores "
                         "available); the output does not depend on it")
+    p.add_argument("--feature-spec", default="", metavar="FILE",
+                   help="the input's layout: a YAML/JSON feature spec file, or the spec as JSON "
+                        "(default: Criteo TSV; see docs/features.md)")
     p.add_argument("--json", action="store_true", help="print the full stats as JSON")
     p.set_defaults(func=_prep)
 
@@ -96,6 +99,7 @@ def _gen_data(args: argparse.Namespace) -> int:
 
 def _prep(args: argparse.Namespace) -> int:
     from ctr_volcano.data.prep import PrepConfig, prep
+    from ctr_volcano.data.spec_input import read_feature_spec
     from ctr_volcano.errors import BadInput
 
     if args.block_mb < 1:
@@ -107,7 +111,8 @@ def _prep(args: argparse.Namespace) -> int:
                         shards=args.shards, test_shards=args.test_shards,
                         max_bad_fraction=args.max_bad_fraction, seed=args.seed,
                         block_bytes=args.block_mb << 20, workers=args.workers)
-    stats = prep(args.input, args.out, config)
+    spec = read_feature_spec(args.feature_spec)
+    stats = prep(args.input, args.out, config, spec=spec)
     if args.json:
         json.dump(stats, sys.stdout, indent=2)
         print()
