@@ -35,6 +35,13 @@ __all__ = ["dense_column", "dense_value", "standardize_stats", "categorical_colu
            "multivalued_column", "categorical_ids", "parse_number", "output_schema"]
 
 
+def _np(array: Any) -> np.ndarray:
+    """An arrow array as numpy (``np.asarray`` would import pandas, a second per process)."""
+    if hasattr(array, "combine_chunks"):
+        array = array.combine_chunks()
+    return array.to_numpy(zero_copy_only=False)
+
+
 def _filled(values: Any, fill: float) -> np.ndarray:
     """float64 numpy of ``values`` (numbers, NaN/None or arrow nulls = empty), empties -> ``fill``."""
     if hasattr(values, "to_numpy") and hasattr(values, "null_count"):
@@ -155,8 +162,8 @@ def multivalued_column(spec: FeatureSpec, feature: CategoricalFeature, values: A
         values = pc.split_pattern(_as_text(values), feature.separator)
     n = len(values)
     flat = _as_text(pc.list_flatten(values))
-    parents = np.asarray(pc.list_parent_indices(values), dtype=np.int64)
-    keep = np.asarray(pc.fill_null(pc.greater(pc.binary_length(flat), 0), False))
+    parents = _np(pc.list_parent_indices(values)).astype(np.int64)
+    keep = _np(pc.fill_null(pc.greater(pc.binary_length(flat), 0), False))
     parents, flat = parents[keep], flat.filter(pa.array(keep))
     rank = np.arange(parents.size) - np.searchsorted(parents, parents, side="left")
     short = rank < int(feature.max_length)

@@ -164,3 +164,31 @@ def test_cli_prep_feature_spec(tmp_path, capsys):
     assert err.startswith("ctr-volcano prep: error: --feature-spec=") and "2 problem(s)" in err
     assert "colour=1: unknown key" in err and "dense[0].transform='sqrt'" in err
     assert err.count("\n") == 1 and not (tmp_path / "o2").exists()
+
+
+@pytest.mark.parametrize("layout", [
+    {"format": "csv", "header": True},
+    {"format": "tsv", "columns": COLUMNS},
+    {"format": "parquet"},
+])
+def test_gen_data_feature_spec_writes_the_layout_prep_reads(tmp_path, capsys, layout):
+    (tmp_path / "spec.json").write_text(json.dumps(dict(SPEC, **layout)))
+    args = ["gen-data", "--rows", "3000", "--files", "2", "--out", str(tmp_path / "raw"),
+            "--feature-spec", str(tmp_path / "spec.json"), "--oracle-rows", "20000", "--seed", "4"]
+    assert main(args) == 0
+    assert "oracle auc=" in capsys.readouterr().out
+    oracle = json.loads((tmp_path / "raw" / "oracle.json").read_text())
+    assert 0.72 < oracle["auc"] < 0.92 and 0.18 < oracle["positive_rate"] < 0.32
+    assert spec_from_dict(oracle["feature_spec"]) == spec_from_dict(dict(SPEC, **layout))
+    assert main(args[:-4] + ["--out", str(tmp_path / "again"), "--feature-spec", str(tmp_path / "spec.json"),
+                             "--oracle-rows", "20000", "--seed", "4"]) == 0
+    for name in oracle["files"]:
+        assert (tmp_path / "raw" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+    assert main(["prep", "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "out"),
+                 "--feature-spec", str(tmp_path / "spec.json"), "--shards", "2", "--test-shards", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "rows_in=3000" in out and "rows_rejected=0" in out
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["rows_rejected"] == 0 and 0.02 < stats["missing_rate"]["price"] < 0.09
+    items = _table(str(tmp_path / "out")).column("items").to_pylist()
+    assert max(len(ids) for ids in items) == 3 and min(len(ids) for ids in items) == 1

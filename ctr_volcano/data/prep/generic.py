@@ -36,6 +36,13 @@ _INTEGER = r"^-?[0-9]+$"
 _BATCH_ROWS = 1 << 16
 
 
+def _np(array: Any) -> np.ndarray:
+    """An arrow array as numpy (``np.asarray`` would import pandas, a second per process)."""
+    if hasattr(array, "combine_chunks"):
+        array = array.combine_chunks()
+    return array.to_numpy(zero_copy_only=False)
+
+
 def _stream(path: str) -> Any:
     import pyarrow as pa
 
@@ -160,8 +167,8 @@ def _label(column: Any) -> Tuple[np.ndarray, np.ndarray]:
 
     if pa.types.is_string(column.type) or pa.types.is_binary(column.type):
         text = pc.fill_null(pc.utf8_trim_whitespace(column), "")
-        ok = np.asarray(pc.is_in(text, value_set=pa.array(["0", "1"])))
-        return np.asarray(pc.equal(text, "1")).astype(np.int8), ok
+        ok = _np(pc.is_in(text, value_set=pa.array(["0", "1"])))
+        return _np(pc.equal(text, "1")).astype(np.int8), ok
     values = pc.fill_null(pc.cast(column, pa.float64()), -1.0).to_numpy(zero_copy_only=False)
     ok = (values == 0) | (values == 1)
     return (values == 1).astype(np.int8), ok
@@ -183,7 +190,7 @@ def _raw_dense(feature: DenseFeature, column: Any) -> Tuple[np.ndarray, np.ndarr
     valid = pc.or_(empty, pc.fill_null(pc.match_substring_regex(text, pattern), False))
     usable = pc.if_else(pc.and_(valid, pc.invert(empty)), text, pa.scalar(None, pa.string()))
     values = pc.fill_null(pc.cast(usable, pa.float64()), float("nan"))
-    return values.to_numpy(zero_copy_only=False), np.asarray(valid)
+    return values.to_numpy(zero_copy_only=False), _np(valid)
 
 
 def _clean(spec: FeatureSpec, table: Any) -> Tuple[np.ndarray, list, Dict[str, np.ndarray], np.ndarray]:
@@ -195,7 +202,7 @@ def _clean(spec: FeatureSpec, table: Any) -> Tuple[np.ndarray, list, Dict[str, n
     reasons: list = []
     all_null = np.ones(n, dtype=bool)
     for name in spec.output_columns:
-        all_null &= np.asarray(pc.is_null(table.column(name)))
+        all_null &= _np(pc.is_null(table.column(name)))
     if len(spec.output_columns) > 1 and all_null.any():
         reasons += [(int(i), "empty line", "empty line") for i in np.flatnonzero(all_null)]
         keep &= ~all_null
