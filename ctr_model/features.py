@@ -487,12 +487,15 @@ def read_split_schema(split_dir: str) -> Dict[str, Any]:
     return doc
 
 
-def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None) -> Dict[str, Any]:
+def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None,
+                       any_spec: bool = False) -> Dict[str, Any]:
     """Read ``schema.json`` and refuse data this code cannot use.
 
     Args:
         split_dir: a ``train/`` or ``test/`` directory written by prep.
         expected_buckets: if given, the ``hash_buckets`` the model was built for.
+        any_spec: accept data prepped with any feature spec; by default only the Criteo layout,
+            the one the trainer, evaluation and the scorer read so far.
 
     Returns:
         The schema document.
@@ -506,6 +509,11 @@ def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None) -
         raise SchemaMismatch(
             f"{split_dir}: schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
             f"re-run `ctr-volcano prep` on the raw data with this version to regenerate it")
+    if not any_spec and expected_columns(doc) != list(RAW_COLUMNS):
+        raise SchemaMismatch(
+            f"{split_dir}: prepped with a {doc['feature_spec'].get('format')!r} feature spec "
+            f"(columns {expected_columns(doc)[:6]!r}...); training, evaluation and the scorer read "
+            f"the Criteo layout only so far: prep Criteo-format data (no --feature-spec) to train")
     if list(doc.get("columns") or []) != expected_columns(doc):
         raise SchemaMismatch(
             f"{split_dir}: columns {doc.get('columns')!r} differ from the expected "
