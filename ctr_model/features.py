@@ -55,9 +55,10 @@ __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
     "RAW_COLUMNS", "DEFAULT_HASH_BUCKETS", "SCHEMA_FILE", "MIN_HASH_BUCKETS", "HASH_VERSION",
     "SchemaMismatch", "BadRow", "mix64_int",
-    "dense_transform", "dense_value", "parse_int_field", "column_salt", "hash_value", "hash_categorical",
+    "dense_transform", "dense_value", "parse_int_field", "column_salt", "column_salt_int", "hash_value",
+    "hash_categorical", "hash_slot", "hash_slot_value",
     "transform_line", "arrow_schema", "validate_hash_buckets",
-    "read_split_schema", "check_split_schema", "write_split_schema", "shard_files", "is_shard_name",
+    "read_split_schema", "check_split_schema", "expected_columns", "write_split_schema", "shard_files", "is_shard_name",
 ]
 
 #: Bump whenever the columns, dtypes or transforms change.
@@ -192,7 +193,12 @@ def validate_hash_buckets(hash_buckets: int) -> int:
 
 def column_salt(column: Union[int, str]) -> int:
     """The 64-bit salt of a categorical column (``"C7"`` or ``7``)."""
-    return mix64_int(_SALT_BASE + _column_number(column))
+    return column_salt_int(_column_number(column))
+
+
+def column_salt_int(slot: int) -> int:
+    """The 64-bit salt of the 1-based categorical slot ``slot`` (any positive number)."""
+    return mix64_int(_SALT_BASE + int(slot))
 
 
 def _key_int(raw: bytes) -> int:
@@ -213,12 +219,17 @@ def hash_value(value: Union[str, bytes, None], column: Union[int, str],
         column: ``"C1".."C26"`` or the 1-based column number.
         hash_buckets: number of ids.
     """
-    j = _column_number(column)
-    buckets = validate_hash_buckets(hash_buckets)
+    return hash_slot_value(value, _column_number(column), NUM_SPARSE, validate_hash_buckets(hash_buckets))
+
+
+def hash_slot_value(value: Union[str, bytes, None], slot: int, slots: int, buckets: int) -> int:
+    """The hash of the module docstring for slot ``slot`` (1-based) of ``slots`` categorical
+    features: Criteo is ``slots = 26``; a feature spec with ``n`` categorical features uses
+    ``slots = n``, so ids ``0..n-1`` are the per-feature empty ids (``buckets > slots``)."""
     raw = value.encode("utf-8") if isinstance(value, str) else (value or b"")
     if not raw:
-        return j - 1
-    return NUM_SPARSE + mix64_int(_key_int(raw) ^ column_salt(j)) % (buckets - NUM_SPARSE)
+        return slot - 1
+    return slots + mix64_int(_key_int(raw) ^ column_salt_int(slot)) % (buckets - slots)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,32 +287,36 @@ def hash_categorical(values: Any, column: Union[int, str],
     Returns:
         int64 numpy array of ids in ``[0, hash_buckets)``.
     """
-    j = _column_number(column)
-    buckets = validate_hash_buckets(hash_buckets)
+    return hash_slot(values, _column_number(column), NUM_SPARSE, validate_hash_buckets(hash_buckets))
+
+
+def hash_slot(values: Any, slot: int, slots: int, buckets: int) -> np.ndarray:
+    """Vectorised :func:`hash_slot_value` over a whole column (``buckets > slots`` unchecked)."""
     if type(values).__name__ != "ChunkedArray":
-        return _hash_chunk(values, j, buckets, None)
+        return _hash_chunk(values, slot, buckets, None, slots)
     out = np.empty(len(values), dtype=np.int64)   # each chunk hashed straight into its slice
     pos = 0
     for chunk in values.chunks:
-        _hash_chunk(chunk, j, buckets, out[pos:pos + len(chunk)])
+        _hash_chunk(chunk, slot, buckets, out[pos:pos + len(chunk)], slots)
         pos += len(chunk)
     return out
 
 
-def _hash_chunk(values: Any, j: int, buckets: int, out: Optional[np.ndarray]) -> np.ndarray:
-    """:func:`hash_categorical` of one array, into ``out`` (int64, its length) if given."""
+def _hash_chunk(values: Any, j: int, buckets: int, out: Optional[np.ndarray],
+                slots: int = NUM_SPARSE) -> np.ndarray:
+    """:func:`hash_slot` of one array, into ``out`` (int64, its length) if given."""
     offsets, data = _binary_parts(values)
     n = len(offsets) - 1
     out = np.empty(n, dtype=np.int64) if out is None else out
     lo, hi = int(offsets[0]), int(offsets[-1])
-    salt = np.uint64(column_salt(j))
+    salt = np.uint64(column_salt_int(j))
     lengths = np.diff(offsets)
     if hi - lo == 8 * n and (n == 0 or int(lengths.min()) == 8):
         # Every value is 8 bytes (all of Criteo without empties): the keys are a little-endian
         # view of the data buffer, xor'ed with the salt straight into the output.
         ids = out.view(np.uint64)
         np.bitwise_xor(data[lo:hi].view("<u8"), salt, out=ids)
-        _finish_ids(ids, buckets)
+        _finish_ids(ids, buckets, slots)
         return out
     nonempty = lengths != 0
     if hi - lo == 8 * int(np.count_nonzero(nonempty)) and np.all((lengths | 8) == 8):
@@ -310,17 +325,17 @@ def _hash_chunk(values: Any, j: int, buckets: int, out: Optional[np.ndarray]) ->
     else:
         keys = _keys_general(offsets, lengths, data, nonempty)
         keys ^= salt
-    _finish_ids(keys, buckets)
+    _finish_ids(keys, buckets, slots)
     out[:] = j - 1
     out[nonempty] = keys.view(np.int64)
     return out
 
 
-def _finish_ids(keys: np.ndarray, buckets: int) -> None:
-    """``26 + mix64(keys) % (buckets - 26)``, in place (``keys`` already xor'ed with the salt)."""
+def _finish_ids(keys: np.ndarray, buckets: int, slots: int) -> None:
+    """``slots + mix64(keys) % (buckets - slots)``, in place (``keys`` already xor'ed with the salt)."""
     _mix64_np(keys)
-    np.remainder(keys, np.uint64(buckets - NUM_SPARSE), out=keys)
-    np.add(keys, np.uint64(NUM_SPARSE), out=keys)
+    np.remainder(keys, np.uint64(buckets - slots), out=keys)
+    np.add(keys, np.uint64(slots), out=keys)
 
 
 #: Values longer than this are hashed one at a time instead of in the vectorised position loop.
@@ -417,20 +432,37 @@ def shard_files(split_dir: str) -> List[str]:
 
 
 def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
-                       files: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
-    """Write ``schema.json`` into a split directory (prep calls this last, as a commit marker)."""
+                       files: Optional[Sequence[Dict[str, Any]]] = None,
+                       feature_spec: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Write ``schema.json`` into a split directory (prep calls this last, as a commit marker).
+
+    ``feature_spec`` is the spec's :meth:`~ctr_model.feature_spec.FeatureSpec.to_dict`; without
+    one the data is the Criteo layout (as every split written before specs existed)."""
     doc: Dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "hash_buckets": int(hash_buckets),
-        "columns": list(RAW_COLUMNS),
+        "columns": expected_columns({"feature_spec": feature_spec}),
         "rows": int(rows),
         "hash_version": HASH_VERSION,
-        "dense_transform": "log1p(max(x, 0)), empty -> 0, float32",
     }
+    if doc["columns"] == list(RAW_COLUMNS):
+        doc["dense_transform"] = "log1p(max(x, 0)), empty -> 0, float32"
     if files is not None:
         doc["files"] = [dict(f) for f in files]
+    if feature_spec is not None:
+        doc["feature_spec"] = feature_spec
     write_json(os.path.join(split_dir, SCHEMA_FILE), doc)
     return doc
+
+
+def expected_columns(doc: Dict[str, Any]) -> List[str]:
+    """The Parquet columns a ``schema.json`` document's feature spec implies (label, dense,
+    categorical); Criteo's without a spec."""
+    spec = doc.get("feature_spec")
+    if not isinstance(spec, dict) or spec.get("format", "criteo") == "criteo":
+        return list(RAW_COLUMNS)
+    return ([str(spec.get("label"))] + [str(d.get("name")) for d in spec.get("dense") or []]
+            + [str(c.get("name")) for c in spec.get("categorical") or []])
 
 
 def read_split_schema(split_dir: str) -> Dict[str, Any]:
@@ -455,12 +487,15 @@ def read_split_schema(split_dir: str) -> Dict[str, Any]:
     return doc
 
 
-def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None) -> Dict[str, Any]:
+def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None,
+                       any_spec: bool = False) -> Dict[str, Any]:
     """Read ``schema.json`` and refuse data this code cannot use.
 
     Args:
         split_dir: a ``train/`` or ``test/`` directory written by prep.
         expected_buckets: if given, the ``hash_buckets`` the model was built for.
+        any_spec: accept data prepped with any feature spec; by default only the Criteo layout,
+            the one the trainer, evaluation and the scorer read so far.
 
     Returns:
         The schema document.
@@ -474,10 +509,15 @@ def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None) -
         raise SchemaMismatch(
             f"{split_dir}: schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
             f"re-run `ctr-volcano prep` on the raw data with this version to regenerate it")
-    if list(doc.get("columns") or []) != list(RAW_COLUMNS):
+    if not any_spec and expected_columns(doc) != list(RAW_COLUMNS):
+        raise SchemaMismatch(
+            f"{split_dir}: prepped with a {doc['feature_spec'].get('format')!r} feature spec "
+            f"(columns {expected_columns(doc)[:6]!r}...); training, evaluation and the scorer read "
+            f"the Criteo layout only so far: prep Criteo-format data (no --feature-spec) to train")
+    if list(doc.get("columns") or []) != expected_columns(doc):
         raise SchemaMismatch(
             f"{split_dir}: columns {doc.get('columns')!r} differ from the expected "
-            f"{list(RAW_COLUMNS)!r}; re-run `ctr-volcano prep` to regenerate the data")
+            f"{expected_columns(doc)!r}; re-run `ctr-volcano prep` to regenerate the data")
     if expected_buckets is not None and doc.get("hash_buckets") != int(expected_buckets):
         raise SchemaMismatch(
             f"{split_dir}: hash_buckets {doc.get('hash_buckets')!r} found, expected "

@@ -42,6 +42,9 @@ def register(subparsers) -> None:
                         "(default 0.3)")
     g.add_argument("--start-date", default="2026-01-01", metavar="YYYY-MM-DD",
                    help="with --days: the first day (default 2026-01-01)")
+    g.add_argument("--feature-spec", default="", metavar="FILE",
+                   help="write files in this feature spec's layout (csv/tsv/parquet, a planted "
+                        "model over its features) instead of Criteo TSV (docs/features.md)")
     g.set_defaults(func=_gen_data)
 
     p = subparsers.add_parser(
@@ -67,12 +70,20 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="processes parsing and transforming in parallel (default 0: the cores "
                         "available); the output does not depend on it")
+    p.add_argument("--feature-spec", default="", metavar="FILE",
+                   help="the input's layout: a YAML/JSON feature spec file, or the spec as JSON "
+                        "(default: Criteo TSV; see docs/features.md)")
     p.add_argument("--json", action="store_true", help="print the full stats as JSON")
     p.set_defaults(func=_prep)
 
 
 def _gen_data(args: argparse.Namespace) -> int:
+    from ctr_volcano.data.spec_input import read_feature_spec
     from ctr_volcano.data.synthetic import generate
+
+    spec = read_feature_spec(args.feature_spec)
+    if spec is not None and not spec.is_criteo:
+        return _gen_spec_data(args, spec)
 
     if args.days is not None:
         from ctr_volcano.data.daily import generate_days
@@ -94,8 +105,24 @@ def _gen_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gen_spec_data(args: argparse.Namespace, spec) -> int:
+    from ctr_volcano.data.synthetic_spec import generate_spec
+    from ctr_volcano.errors import BadInput
+
+    if args.days is not None or args.gzip or args.vocab_scale != 1:
+        raise BadInput("--feature-spec", args.feature_spec, "--days, --gzip and --vocab-scale "
+                       "apply to the Criteo generator only; drop them")
+    oracle = generate_spec(args.out, spec, rows=args.rows, seed=args.seed, files=args.files,
+                           oracle_rows=min(args.oracle_rows, 400_000))
+    print(f"wrote {args.rows} {spec.format} rows in {len(oracle['files'])} file(s) to {args.out}; "
+          f"oracle auc={oracle['auc']} logloss={oracle['logloss']} "
+          f"positive_rate={oracle['positive_rate']} (see {args.out}/oracle.json)")
+    return 0
+
+
 def _prep(args: argparse.Namespace) -> int:
     from ctr_volcano.data.prep import PrepConfig, prep
+    from ctr_volcano.data.spec_input import read_feature_spec
     from ctr_volcano.errors import BadInput
 
     if args.block_mb < 1:
@@ -107,7 +134,8 @@ def _prep(args: argparse.Namespace) -> int:
                         shards=args.shards, test_shards=args.test_shards,
                         max_bad_fraction=args.max_bad_fraction, seed=args.seed,
                         block_bytes=args.block_mb << 20, workers=args.workers)
-    stats = prep(args.input, args.out, config)
+    spec = read_feature_spec(args.feature_spec)
+    stats = prep(args.input, args.out, config, spec=spec)
     if args.json:
         json.dump(stats, sys.stdout, indent=2)
         print()

@@ -33,9 +33,11 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ctr_model.atomic import write_json
+from ctr_model.feature_spec import FeatureSpec, criteo_spec
 from ctr_model.features import LABEL, RAW_COLUMNS, write_split_schema
 from ctr_model.logs import Progress
 from ctr_volcano.data.prep.config import AUTO_WORKERS_MAX, STATS_FILE, PrepConfig
+from ctr_volcano.data.prep.generic import prep_spec
 from ctr_volcano.data.prep.inputs import Job, jobs, long_line_error, piece_bytes, resolve_inputs
 from ctr_volcano.data.prep.lanes import Lanes, Slots, available_cores, keep_freed_memory, use_slots
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
@@ -51,14 +53,16 @@ logger = logging.getLogger(__name__)
 _Result = Tuple[int, list, Any, Optional[np.ndarray]]
 
 
-def prep(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig] = None
-         ) -> Dict[str, Any]:
+def prep(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig] = None,
+         spec: Optional[FeatureSpec] = None) -> Dict[str, Any]:
     """Prep raw Criteo TSV into ``out_dir/train``, ``out_dir/test`` and ``out_dir/stats.json``.
 
     Args:
         inputs: files (plain or gzip), globs or directories, read in the given order.
         out_dir: output directory (created; earlier shards in its split dirs are replaced).
         config: settings; defaults to :class:`PrepConfig()`.
+        spec: the input's layout; ``None`` or the ``criteo`` format is Criteo TSV (with
+            ``config.hash_buckets``), anything else goes through :mod:`.generic`.
 
     Returns:
         The stats dict (also written to ``out_dir/stats.json``).
@@ -68,12 +72,12 @@ def prep(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig] = Non
     """
     os.makedirs(out_dir, exist_ok=True)
     return prep_splits(inputs, os.path.join(out_dir, "train"), os.path.join(out_dir, "test"),
-                       config, stats_path=os.path.join(out_dir, STATS_FILE))
+                       config, stats_path=os.path.join(out_dir, STATS_FILE), spec=spec)
 
 
 def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
-                config: Optional[PrepConfig] = None, stats_path: Optional[str] = None
-                ) -> Dict[str, Any]:
+                config: Optional[PrepConfig] = None, stats_path: Optional[str] = None,
+                spec: Optional[FeatureSpec] = None) -> Dict[str, Any]:
     """Like :func:`prep`, with the two split directories (and the stats file) named explicitly.
 
     Each split directory gets ``part-NNNNN.parquet`` shards and, last, ``schema.json``.
@@ -82,9 +86,16 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
     if not isinstance(config, PrepConfig):
         raise BadInput("config", config, "pass a ctr_volcano.data.prep.PrepConfig")
     files = resolve_inputs(inputs)
-    started = time.monotonic()
     if stats_path and os.path.exists(stats_path):
         os.remove(stats_path)   # it describes the shards the writers below replace
+    if spec is not None and not spec.is_criteo:
+        return prep_spec(files, train_dir, test_dir, config, spec, stats_path)
+    return _prep_criteo(files, train_dir, test_dir, config, stats_path)
+
+
+def _prep_criteo(files: Sequence[str], train_dir: str, test_dir: str, config: PrepConfig,
+                 stats_path: Optional[str]) -> Dict[str, Any]:
+    started = time.monotonic()
     plain = not any(f.endswith(".gz") for f in files)   # gzip: the text size is known only at the end
     total_bytes = sum(os.path.getsize(f) for f in files)
     workers = config.workers or min(available_cores(), AUTO_WORKERS_MAX)
@@ -105,8 +116,9 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
         stats = acc.stats(train, test, time.monotonic() - started)
         stats["workers"] = workers
         progress.done()
-        write_split_schema(train_dir, config.hash_buckets, acc.rows_train, train.files())
-        write_split_schema(test_dir, config.hash_buckets, acc.rows_test, test.files())
+        spec_doc = criteo_spec(config.hash_buckets).to_dict()
+        write_split_schema(train_dir, config.hash_buckets, acc.rows_train, train.files(), spec_doc)
+        write_split_schema(test_dir, config.hash_buckets, acc.rows_test, test.files(), spec_doc)
         if stats_path:
             write_json(stats_path, stats)
         ok = True

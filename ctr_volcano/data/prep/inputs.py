@@ -13,14 +13,14 @@ from ctr_volcano.errors import BadInput
 
 __all__ = ["resolve_inputs", "Job", "jobs", "piece_bytes", "long_line_error"]
 
-_INPUT_SUFFIXES = (".tsv", ".txt", ".csv", ".gz", ".tsv.gz", ".txt.gz")
+_INPUT_SUFFIXES = (".tsv", ".txt", ".csv", ".gz", ".tsv.gz", ".txt.gz", ".parquet")
 
 
 def resolve_inputs(inputs: Sequence[str]) -> List[str]:
     """Expand files, globs and directories into an ordered list of input files.
 
-    A directory contributes its regular files named ``*.tsv``, ``*.txt``, ``*.csv``, ``*.gz`` or
-    with no extension (like Criteo's ``day_0``), sorted by name, not recursing; hidden files and
+    A directory contributes its regular files named ``*.tsv``, ``*.txt``, ``*.csv``, ``*.gz``,
+    ``*.parquet`` (a feature spec's format) or with no extension (like Criteo's ``day_0``), sorted by name, not recursing; hidden files and
     other extensions (``oracle.json``, ``README.md``) are skipped.
 
     Raises:
@@ -43,7 +43,7 @@ def resolve_inputs(inputs: Sequence[str]) -> List[str]:
                            and os.path.isfile(os.path.join(item, n))
                            and (n.endswith(_INPUT_SUFFIXES) or "." not in n))
             if not names:
-                raise BadInput("input", item, "the directory holds no .tsv/.txt/.csv/.gz file")
+                raise BadInput("input", item, "the directory holds no .tsv/.txt/.csv/.gz/.parquet file")
             files.extend(os.path.join(item, n) for n in names)
         elif os.path.isfile(item):
             files.append(item)

@@ -49,7 +49,7 @@ class StratifiedSplit:
 class ShardSet:
     """``count`` Parquet writers in one split directory, fed contiguous slices of each block."""
 
-    def __init__(self, split_dir: str, count: int, compression: str):
+    def __init__(self, split_dir: str, count: int, compression: str, schema: Any = None):
         import pyarrow.parquet as pq
 
         from ctr_model.features import arrow_schema
@@ -61,7 +61,8 @@ class ShardSet:
         self.dir = split_dir
         self.paths = [os.path.join(split_dir, f"part-{k:05d}.parquet") for k in range(count)]
         self.rows = [0] * count
-        self.writers = [pq.ParquetWriter(p, arrow_schema(), compression=compression)
+        schema = arrow_schema() if schema is None else schema
+        self.writers = [pq.ParquetWriter(p, schema, compression=compression)
                         for p in self.paths]
 
     def write(self, table, pool: Optional[ThreadPoolExecutor] = None) -> List[Future]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -18,8 +18,11 @@ __all__ = ["Accumulator"]
 class Accumulator:
     """Counts, rejects and per-column statistics over the whole run."""
 
-    def __init__(self, config: PrepConfig):
+    def __init__(self, config: PrepConfig, names: Sequence[str] = RAW_COLUMNS[1:],
+                 hash_buckets: Optional[int] = None):
         self.config = config
+        self.names = tuple(names)          # the feature columns whose missing rates are reported
+        self.hash_buckets = config.hash_buckets if hash_buckets is None else hash_buckets
         self.rows_in_before = 0        # lines of all blocks seen so far (global line index base)
         self.rows_in = 0
         self.rows_train = 0
@@ -27,7 +30,7 @@ class Accumulator:
         self.rows_rejected = 0
         self.pos_train = 0
         self.pos_test = 0
-        self.missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
+        self.missing = np.zeros(len(self.names), dtype=np.int64)
         self.by_reason: Dict[str, int] = {}
         self.examples: List[Dict[str, Any]] = []
         self.inputs: List[Dict[str, Any]] = []
@@ -83,7 +86,7 @@ class Accumulator:
         total_bytes = sum(i["bytes"] for i in self.inputs)
         return {
             "schema_version": SCHEMA_VERSION,
-            "hash_buckets": self.config.hash_buckets,
+            "hash_buckets": self.hash_buckets,
             "rows_in": self.rows_in,
             "rows_train": self.rows_train,
             "rows_test": self.rows_test,
@@ -95,7 +98,7 @@ class Accumulator:
             "positive_rate_train": self.pos_train / self.rows_train if self.rows_train else 0.0,
             "positive_rate_test": self.pos_test / self.rows_test if self.rows_test else 0.0,
             "missing_rate": {name: (int(m) / good if good else 0.0)
-                             for name, m in zip(RAW_COLUMNS[1:], self.missing)},
+                             for name, m in zip(self.names, self.missing)},
             "train_files": train.files(),
             "test_files": test.files(),
             "inputs": self.inputs,

@@ -1,0 +1,211 @@
+"""The transforms a feature spec declares, in one pure module that prep, the trainer's checks, the
+scorer and any server import, so a value is transformed the same way everywhere.
+
+Each transform has a vectorised form (numpy over a whole column, what prep uses) and a per-value
+reference form (what a server scoring one request or a test uses); both give the same numbers bit
+for bit, and the tests hold them to it. For the Criteo preset they are exactly
+:mod:`ctr_model.features`' (``criteo`` dense transform; the categorical hash with 26 slots and one
+shared table), so the preset's output is today's.
+
+Dense, with ``x`` the raw number and an empty field read as the feature's ``fill``:
+
+* ``criteo``: ``float32(log(1 + max(x, 0)))``, integers only, empty -> 0 (today's);
+* ``log1p``: the same on any number, empty -> ``fill``;
+* ``standardize``: ``float32((x - mean) / std)`` in float64, ``mean``/``std`` from prep;
+* ``none``: ``float32(x)``.
+
+Categorical: feature ``k`` (1-based, in the spec's order) of ``n`` has ids in
+``[0, hash_buckets)``: ``k - 1`` for an empty value, else ``n + mix64(key(v) ^ salt(k)) %
+(hash_buckets - n)`` (the hash of :mod:`ctr_model.features`). Integer ids are hashed as their
+decimal text, so ``123`` in Parquet and ``"123"`` in a CSV are the same id. A multi-valued feature
+hashes each non-empty value, keeps the first ``max_length`` and reads an empty list as ``[k - 1]``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, List, Tuple, Union
+
+import numpy as np
+
+from ctr_model.feature_spec import CategoricalFeature, DenseFeature, FeatureSpec
+from ctr_model.features import BadRow, dense_transform, hash_slot, hash_slot_value
+from ctr_model.features import dense_value as criteo_dense_value
+
+__all__ = ["dense_column", "dense_value", "standardize_stats", "categorical_column",
+           "multivalued_column", "categorical_ids", "parse_number", "output_schema"]
+
+
+def _np(array: Any) -> np.ndarray:
+    """An arrow array as numpy (``np.asarray`` would import pandas, a second per process)."""
+    if hasattr(array, "combine_chunks"):
+        array = array.combine_chunks()
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _filled(values: Any, fill: float) -> np.ndarray:
+    """float64 numpy of ``values`` (numbers, NaN/None or arrow nulls = empty), empties -> ``fill``."""
+    if hasattr(values, "to_numpy") and hasattr(values, "null_count"):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        values = pc.fill_null(pc.cast(values, pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
+    arr = np.array(values, dtype=np.float64)
+    arr[np.isnan(arr)] = float(fill)
+    return arr
+
+
+def dense_column(feature: DenseFeature, values: Any) -> np.ndarray:
+    """The feature's transform of a whole column (float32, same length).
+
+    Args:
+        feature: the spec's entry (``standardize`` needs ``mean`` and ``std`` set).
+        values: numbers where NaN/None (or an arrow null) is an empty field.
+    """
+    if feature.transform == "criteo":
+        return dense_transform(values)
+    x = _filled(values, feature.fill)
+    if feature.transform == "log1p":
+        return np.log1p(np.maximum(x, 0.0)).astype(np.float32)
+    if feature.transform == "standardize":
+        if feature.mean is None or feature.std is None:
+            raise ValueError(f"dense feature {feature.name!r}: standardize without mean/std; "
+                             f"prep computes them, so read the spec from prep's schema.json")
+        return ((x - float(feature.mean)) / float(feature.std)).astype(np.float32)
+    return x.astype(np.float32)
+
+
+def parse_number(raw: Union[str, bytes, float, int, None]) -> float:
+    """One raw dense field as a float; NaN for an empty field.
+
+    Raises:
+        BadRow: if the field is not a number.
+    """
+    if raw is None:
+        return float("nan")
+    if isinstance(raw, (int, float, np.integer, np.floating)) and not isinstance(raw, bool):
+        return float(raw)
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    if not text.strip():
+        return float("nan")
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadRow(f"not a number: {text[:40]!r}") from None
+    if math.isnan(value):
+        raise BadRow(f"not a number: {text[:40]!r}")
+    return value
+
+
+def dense_value(feature: DenseFeature, raw: Union[str, bytes, float, int, None]) -> float:
+    """Reference form of :func:`dense_column` on one raw field.
+
+    Raises:
+        BadRow: if the field is not a number (an integer for ``criteo``).
+    """
+    if feature.transform == "criteo":
+        text = raw if raw is None or isinstance(raw, (str, bytes)) else repr(raw) \
+            if isinstance(raw, float) else str(int(raw))
+        return criteo_dense_value(text)
+    return float(dense_column(feature, np.array([parse_number(raw)]))[0])
+
+
+def standardize_stats(values: Any, fill: float = 0.0) -> Tuple[float, float]:
+    """``(mean, std)`` of a raw dense column after filling empties; a constant column gets std 1."""
+    x = _filled(values, fill)
+    if x.size == 0:
+        return 0.0, 1.0
+    mean = float(x.mean())
+    std = float(x.std())
+    return mean, (std if std > 0 and math.isfinite(std) else 1.0)
+
+
+def _slot(spec: FeatureSpec, feature: CategoricalFeature) -> int:
+    return spec.categorical.index(feature) + 1
+
+
+def _as_text(values: Any) -> Any:
+    """An arrow string/binary array of ``values``; integer ids become their decimal text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        values = pa.array([None if v is None else v if isinstance(v, (str, bytes)) else str(int(v))
+                           for v in values])
+    if pa.types.is_integer(values.type):
+        return pc.cast(values, pa.string())
+    if pa.types.is_null(values.type):
+        return pa.array([b""] * len(values), type=pa.binary())
+    return values
+
+
+def categorical_column(spec: FeatureSpec, feature: CategoricalFeature, values: Any) -> np.ndarray:
+    """Ids (int64) of a single-valued categorical column (strings, bytes or integers; null = empty)."""
+    return hash_slot(_as_text(values), _slot(spec, feature), len(spec.categorical),
+                     int(feature.hash_buckets))
+
+
+def multivalued_column(spec: FeatureSpec, feature: CategoricalFeature, values: Any) -> Any:
+    """Ids of a multi-valued column as an arrow ``list<int64>`` (never empty per row).
+
+    Args:
+        values: an arrow list array (Parquet), or strings split on the feature's ``separator``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array) or not pa.types.is_list(values.type) \
+            and not pa.types.is_large_list(values.type):
+        values = pc.split_pattern(_as_text(values), feature.separator)
+    n = len(values)
+    flat = _as_text(pc.list_flatten(values))
+    parents = _np(pc.list_parent_indices(values)).astype(np.int64)
+    keep = _np(pc.fill_null(pc.greater(pc.binary_length(flat), 0), False))
+    parents, flat = parents[keep], flat.filter(pa.array(keep))
+    rank = np.arange(parents.size) - np.searchsorted(parents, parents, side="left")
+    short = rank < int(feature.max_length)
+    parents, rank, flat = parents[short], rank[short], flat.filter(pa.array(short))
+    slot = _slot(spec, feature)
+    counts = np.maximum(np.bincount(parents, minlength=n), 1)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    ids = np.full(int(offsets[-1]), slot - 1, dtype=np.int64)
+    ids[offsets[parents] + rank] = hash_slot(flat, slot, len(spec.categorical),
+                                             int(feature.hash_buckets))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))
+
+
+def categorical_ids(spec: FeatureSpec, feature: CategoricalFeature, raw: Any) -> List[int]:
+    """Reference form: the ids of one raw value (one id unless the feature is multi-valued).
+
+    Args:
+        raw: ``str``/``bytes``/``int``/``None``; for a multi-valued feature also a list of them
+            (a string is split on the feature's ``separator``).
+    """
+    slot, slots, buckets = _slot(spec, feature), len(spec.categorical), int(feature.hash_buckets)
+
+    def one(v: Any) -> Union[str, bytes, None]:
+        return v if v is None or isinstance(v, (str, bytes)) else str(int(v))
+
+    if not feature.multivalued:
+        return [hash_slot_value(one(raw), slot, slots, buckets)]
+    if isinstance(raw, (str, bytes)):
+        sep = feature.separator.encode() if isinstance(raw, bytes) else feature.separator
+        raw = raw.split(sep)  # type: ignore[arg-type]
+    items = [one(v) for v in (raw or [])]
+    ids = [hash_slot_value(v, slot, slots, buckets) for v in items if v]
+    return ids[:int(feature.max_length)] or [slot - 1]
+
+
+def output_schema(spec: FeatureSpec) -> Any:
+    """The pyarrow schema of prep's Parquet for ``spec``: label int8, dense float32, categorical
+    int64 (``list<int64>`` when multi-valued); the Criteo preset's is
+    :func:`ctr_model.features.arrow_schema`."""
+    import pyarrow as pa
+
+    return pa.schema([(spec.label, pa.int8())] + [(d.name, pa.float32()) for d in spec.dense]
+                     + [(c.name, pa.list_(pa.int64()) if c.multivalued else pa.int64())
+                        for c in spec.categorical])
