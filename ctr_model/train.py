@@ -48,6 +48,7 @@ from ctr_model.data import (
     resolve_split,
 )
 from ctr_model.logs import human_seconds, setup_logging
+from ctr_model.pid1 import supervise_if_pid1
 from ctr_model.rendezvous import serve_rendezvous, wait_for_endpoints
 from ctr_model.tablegzip import use_fast_gzip
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
@@ -700,6 +701,9 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, start
 
 def main(argv: Optional[List[str]] = None) -> int:
     setup_logging()
+    supervised = supervise_if_pid1("ctr_model.train", sys.argv[1:] if argv is None else argv)
+    if supervised is not None:
+        return supervised
     parser = argparse.ArgumentParser(prog="python -m ctr_model.train",
                                      description="CTR DNN parameter-server role (pserver or trainer).")
     parser.add_argument("--config", help="TrainConfig JSON file (default: $CTR_TRAIN_CONFIG)")

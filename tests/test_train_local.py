@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -208,6 +210,37 @@ def test_trainer_fails_clearly_when_the_pservers_never_serve(planted, tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert f"did not accept connections within 2s (127.0.0.1:{port + 1}, CTR_PSERVER_WAIT_S)" in proc.stderr
     assert time.monotonic() - started >= 2
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="needs unshare(1) as root to make the role PID 1 of its own PID namespace")
+def test_sigterm_ends_a_serving_pserver_that_is_pid_1(tmp_path):
+    """As in a pod: the role is PID 1 of its PID namespace, where the kernel drops a SIGTERM from
+    outside unless PID 1 has a handler, and a serving pserver's main thread is inside C++. It exits
+    143 within seconds, not after the grace period."""
+    from ctr_model.rendezvous import wait_for_endpoints
+    from ctr_volcano.training.local.gang import find_free_ports
+
+    port = find_free_ports(1, consecutive=2)[0]
+    env = _pod_env(tmp_path, "pserver", 0, port)
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "ctr_model.train"],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for_endpoints([f"127.0.0.1:{port}"], timeout_s=120), "the pserver never served"
+        role = int(Path(f"/proc/{ns.pid}/task/{ns.pid}/children").read_text().split()[0])
+        nspid = next(line for line in Path(f"/proc/{role}/status").read_text().splitlines()
+                     if line.startswith("NSpid:")).split()[1:]
+        assert nspid == [str(role), "1"], nspid        # PID 1 inside, as in a pod
+        started = time.monotonic()
+        os.kill(role, signal.SIGTERM)
+        out, _ = ns.communicate(timeout=60)
+    finally:
+        if ns.poll() is None:
+            ns.kill()
+            ns.wait()
+    assert time.monotonic() - started < 10
+    assert ns.returncode == 143, out[-2000:]
+    assert "SIGTERM: passing it on to the role" in out
 
 
 def test_trainer_waits_for_pserver_ports_itself():
