@@ -385,7 +385,8 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
         from ctr_model.features import SCHEMA_VERSION
 
         init = read_init_model(spec.init_model)
-        check_compatible(init, config.to_dict(), spec.pservers, SCHEMA_VERSION)
+        check_compatible(init, config.to_dict(), spec.pservers, SCHEMA_VERSION,
+                         split.features.to_dict() if split.features is not None else None)
     cache = _cache_dir(spec)
     # Convert in the background while Paddle starts up (imports, program, rendezvous): Arrow's
     # writer releases the GIL, so most of the conversion hides behind the start-up.

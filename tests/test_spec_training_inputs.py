@@ -52,3 +52,25 @@ def test_trainer_refuses_specs_it_cannot_train():
     with pytest.raises(DataError, match="'t' has embedding_dim 4.*same embedding_dim"):
         trainable_features(doc, "d")
     assert trainable_features({"hash_buckets": 1000}, "d") is None
+
+
+def test_warm_start_refuses_an_init_model_trained_on_other_features(tmp_path):
+    from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible
+
+    spec = SPEC.to_dict()
+    init = WarmStart(model_dir=str(tmp_path), checkpoint=str(tmp_path), pservers=1,
+                     meta={"schema_version": 1, "hash_buckets": 100, "feature_spec": spec,
+                           "config": {"embedding_dim": 10, "fc_sizes": [8]}})
+    config = {"hash_buckets": 100, "embedding_dim": 10, "fc_sizes": [8]}
+    check_compatible(init, config, 1, 1, spec)
+    restat = json.loads(json.dumps(spec))
+    restat["dense"][0].update(transform="standardize", mean=1.0, std=2.0)
+    init_std = WarmStart(str(tmp_path), str(tmp_path), init.meta | {"feature_spec": restat}, 1)
+    other = json.loads(json.dumps(restat))
+    other["dense"][0].update(mean=3.0, std=4.0)
+    check_compatible(init_std, config, 1, 1, other)     # each prep's own statistics
+    other["categorical"][1]["pooling"] = "sum"
+    with pytest.raises(WarmStartError, match="categorical feature 't'"):
+        check_compatible(init_std, config, 1, 1, other)
+    with pytest.raises(WarmStartError, match="trained on a feature spec but this run's data has the Criteo"):
+        check_compatible(init, config, 1, 1, None)
