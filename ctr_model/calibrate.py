@@ -76,13 +76,14 @@ def calibrate_export(model_dir: str, train_files: Sequence[str],
     from ctr_model.infer import DENSE_FILE, load_model
 
     scorer = load_model(model_dir)
+    label = scorer.features.label if scorer.features is not None else "label"
     per_file = max(1, max_rows // max(1, len(train_files)))
     labels, probs = [], []
     for path in train_files:
         taken = 0
         for batch in pq.ParquetFile(path).iter_batches(batch_size=min(per_file, 65536)):
             batch = batch.slice(0, per_file - taken)
-            labels.append(np.asarray(batch.column("label").to_numpy(zero_copy_only=False)))
+            labels.append(np.asarray(batch.column(label).to_numpy(zero_copy_only=False)))
             probs.append(scorer.predict(batch))
             taken += batch.num_rows
             if taken >= per_file:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Literal, Optional, Sequence, overload
 
+from ctr_model.feature_spec import FeatureSpec, split_spec
 from ctr_model.features import (
     DENSE_COLUMNS,
     LABEL,
@@ -24,7 +25,7 @@ from ctr_model.features import (
 )
 
 __all__ = ["DataError", "SplitInfo", "split_dir_of", "resolve_split", "check_enough_shards", "assign_shards",
-           "parquet_to_slots", "convert_shards"]
+           "parquet_to_slots", "spec_to_slots", "convert_shards", "trainable_features"]
 
 
 class DataError(ValueError):
@@ -39,13 +40,40 @@ class SplitInfo:
     hash_buckets: int
     rows: int
     files: tuple
+    features: Optional[FeatureSpec] = None   # the data's feature spec; None: the Criteo layout
 
 
 def _check_schema(split_dir: str) -> dict:
     try:
-        return check_split_schema(split_dir)
+        return check_split_schema(split_dir, any_spec=True)
     except (ValueError, OSError) as exc:     # features.SchemaMismatch and friends
         raise DataError(str(exc)) from None
+
+
+def trainable_features(schema: dict, where: str) -> Optional[FeatureSpec]:
+    """The feature spec a split's ``schema.json`` carries, if the trainer can train it (``None``
+    for the Criteo layout). The trainer keeps Criteo's one shared table, so every categorical
+    feature has the same ``embedding_dim``; at least one dense feature feeds the dense slot.
+
+    Raises:
+        DataError: an invalid embedded spec, or one the trainer cannot train (naming the feature).
+    """
+    try:
+        spec = split_spec(schema)
+    except ValueError as exc:
+        raise DataError(f"{where}: {exc}; re-run `ctr-volcano prep` with the spec") from None
+    if spec.is_criteo:
+        return None
+    if not spec.dense:
+        raise DataError(f"{where}: the feature spec has no dense feature; the trainer needs at least "
+                        f"one: add a numeric column to dense")
+    dims = {c.embedding_dim for c in spec.categorical}
+    if len(dims) > 1:
+        odd = next(c for c in spec.categorical if c.embedding_dim != spec.categorical[0].embedding_dim)
+        raise DataError(f"{where}: categorical feature {odd.name!r} has embedding_dim {odd.embedding_dim}, "
+                        f"{spec.categorical[0].name!r} has {spec.categorical[0].embedding_dim}: the trainer "
+                        f"shares one table, so give every feature the same embedding_dim")
+    return spec
 
 
 def split_dir_of(data_dir: str, split: str, *, accept_self: bool) -> Optional[str]:
@@ -85,7 +113,8 @@ def resolve_split(data_dir: str, split: str = "train") -> Optional[SplitInfo]:
     if not files:
         raise DataError(f"{path} has no part-*.parquet shards: re-run `ctr-volcano prep`")
     return SplitInfo(path=path, hash_buckets=int(schema.get("hash_buckets", 0)),
-                     rows=int(schema.get("rows", -1)), files=tuple(files))
+                     rows=int(schema.get("rows", -1)), files=tuple(files),
+                     features=trainable_features(schema, path))
 
 
 def check_enough_shards(where: str, n_shards: int, trainers: int) -> None:
@@ -167,11 +196,65 @@ def parquet_to_slots(src: str, dst: str, hash_buckets: int, chunk_rows: int = 26
     return rows
 
 
-def convert_shards(files: Sequence[str], out_dir: str, hash_buckets: int) -> List[tuple]:
-    """Convert shards into ``out_dir``; returns ``[(slot_file, rows), ...]`` in input order."""
+def spec_to_slots(src: str, dst: str, spec: FeatureSpec, hash_buckets: int,
+                  chunk_rows: int = 262_144) -> int:
+    """:func:`parquet_to_slots` for data prepped with a feature spec: label, then one slot per
+    categorical feature (``<count> id..``, several ids for a multi-valued one), then the dense values
+    as one slot. Each line is joined by Arrow's string kernels (no Python per row).
+
+    Raises:
+        DataError: on missing columns, nulls, or ids outside ``[0, hash_buckets)``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(src)
+    missing = [c for c in spec.output_columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise DataError(f"{src}: columns {missing[:5]} missing: re-run `ctr-volcano prep` with the spec")
+    opts = pacsv.WriteOptions(include_header=False, quoting_style="none")
+    rows, tmp = 0, dst + ".tmp"
+    with pa.OSFile(tmp, "wb") as sink:
+        writer = None
+        for batch in pf.iter_batches(batch_size=chunk_rows, columns=list(spec.output_columns)):
+            parts = [pa.array(["1"] * batch.num_rows), pc.cast(batch.column(spec.label), pa.string())]
+            for c in spec.categorical:
+                col = batch.column(c.name)
+                flat = col.values if c.multivalued else col
+                if col.null_count or (len(flat) and (pc.min(flat).as_py() < 0
+                                                     or pc.max(flat).as_py() >= hash_buckets)):
+                    raise DataError(f"{src}: {c.name} has nulls or ids outside [0, {hash_buckets}): "
+                                    f"re-run `ctr-volcano prep` with the spec")
+                if c.multivalued:
+                    parts += [pc.cast(pc.list_value_length(col), pa.string()),
+                              pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")]
+                else:
+                    parts += [pa.array(["1"] * batch.num_rows), pc.cast(col, pa.string())]
+            parts.append(pa.array([str(len(spec.dense))] * batch.num_rows))
+            parts += [pc.cast(batch.column(d.name), pa.string()) for d in spec.dense]
+            table = pa.table({"line": pc.binary_join_element_wise(*parts, " ")})
+            if writer is None:
+                writer = pacsv.CSVWriter(sink, table.schema, write_options=opts)
+            writer.write_table(table)
+            rows += batch.num_rows
+        if writer is not None:
+            writer.close()
+    os.replace(tmp, dst)
+    return rows
+
+
+def convert_shards(files: Sequence[str], out_dir: str, hash_buckets: int,
+                   spec: Optional[FeatureSpec] = None) -> List[tuple]:
+    """Convert shards into ``out_dir``; returns ``[(slot_file, rows), ...]`` in input order.
+    ``spec``: the data's feature spec (``None`` or Criteo: the Criteo layout)."""
     os.makedirs(out_dir, exist_ok=True)
     result = []
     for i, src in enumerate(files):
         dst = os.path.join(out_dir, f"{i:05d}-{os.path.basename(src)}.slots")
-        result.append((dst, parquet_to_slots(src, dst, hash_buckets)))
+        if spec is None or spec.is_criteo:
+            result.append((dst, parquet_to_slots(src, dst, hash_buckets)))
+        else:
+            result.append((dst, spec_to_slots(src, dst, spec, hash_buckets)))
     return result

@@ -14,8 +14,9 @@ import glob
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ctr_model.feature_spec import FeatureSpec, spec_from_dict
 from ctr_model.features import SCHEMA_VERSION
 from ctr_model.metrics import auc, logloss  # re-exported: part of this API
 
@@ -113,6 +114,61 @@ class Scorer:
     def embedding_dim(self) -> int:
         return int(self.meta["config"]["embedding_dim"])
 
+    @property
+    def features(self) -> Optional[FeatureSpec]:
+        """The feature spec the model was trained on (``None``: the Criteo layout)."""
+        doc = self.meta.get("feature_spec")
+        return None if doc is None else spec_from_dict(doc)
+
+    def _columns_wanted(self) -> Tuple[str, List[str]]:
+        """(label column, feature columns in the network's order: dense, then categorical)."""
+        from ctr_model.features import DENSE_COLUMNS, LABEL, SPARSE_COLUMNS
+
+        spec = self.features
+        if spec is None:
+            return LABEL, list(DENSE_COLUMNS + SPARSE_COLUMNS)
+        return spec.label, [d.name for d in spec.dense] + [c.name for c in spec.categorical]
+
+    def _spec_inputs(self, table, spec: FeatureSpec):
+        """(dense [n, d], pooled embeddings [n, k * dim]) of a table in a spec's layout."""
+        import numpy as np
+        import pyarrow as pa
+
+        if not isinstance(table, (pa.Table, pa.RecordBatch)):
+            table = pa.table(table)
+        missing = [c for c in self._columns_wanted()[1] if c not in table.schema.names]
+        if missing:
+            raise ModelError(f"input lacks feature columns {missing[:5]}: score the output of "
+                             f"`ctr-volcano prep` with the model's feature spec")
+        dense = np.stack([table.column(d.name).to_numpy(zero_copy_only=False).astype(np.float32)
+                          for d in spec.dense], axis=1)
+        n, pooled = table.num_rows, []
+        for c in spec.categorical:
+            col = table.column(c.name)
+            col = col.combine_chunks() if hasattr(col, "combine_chunks") else col
+            if not c.multivalued:
+                pooled.append(self._lookup(col.to_numpy(zero_copy_only=False).astype(np.uint64)))
+                continue
+            offsets = col.offsets.to_numpy().astype(np.int64)
+            flat = col.values.to_numpy(zero_copy_only=False).astype(np.uint64)
+            rows = self._lookup(flat[offsets[0]:offsets[-1]])
+            sums = np.add.reduceat(rows, offsets[:-1] - offsets[0], axis=0) if n else rows[:0]
+            if c.pooling == "mean":
+                sums = sums / np.diff(offsets)[:, None].astype(np.float32)
+            pooled.append(sums.astype(np.float32))
+        return dense, (np.concatenate(pooled, axis=1) if pooled else np.zeros((n, 0), np.float32))
+
+    def _lookup(self, flat):
+        """Embedding rows of ids (the zero row for ids not seen in training)."""
+        import numpy as np
+
+        if len(self.keys):
+            pos = np.minimum(np.searchsorted(self.keys, flat), len(self.keys) - 1)
+            pos[self.keys[pos] != flat] = len(self.keys)
+        else:
+            pos = np.zeros(flat.size, dtype=np.int64)
+        return self._rows_and_zero()[pos]
+
     def _features(self, table):
         import numpy as np
 
@@ -135,18 +191,15 @@ class Scorer:
         """
         import numpy as np
 
-        dense, ids = self._features(table)
-        n, slots = ids.shape
-        dim = self.embedding_dim
-        flat = ids.reshape(-1)
-        table_rows = self._rows_and_zero()
-        if len(self.keys):
-            pos = np.minimum(np.searchsorted(self.keys, flat), len(self.keys) - 1)
-            pos[self.keys[pos] != flat] = len(self.keys)      # unseen id: the zero row
+        spec = self.features
+        if spec is not None:
+            dense, emb = self._spec_inputs(table, spec)
+            x = np.concatenate([emb, dense], axis=1)
         else:
-            pos = np.zeros(flat.size, dtype=np.int64)
-        emb = table_rows[pos]
-        x = np.concatenate([emb.reshape(n, slots * dim), dense], axis=1)
+            dense, ids = self._features(table)
+            n, slots = ids.shape
+            emb = self._lookup(ids.reshape(-1))                  # unseen id: the zero row
+            x = np.concatenate([emb.reshape(n, slots * self.embedding_dim), dense], axis=1)
         for w, b in self.layers[:-1]:
             x = np.maximum(x @ w + b, 0.0)
         w, b = self.layers[-1]
@@ -171,15 +224,14 @@ class Scorer:
         import numpy as np
         import pyarrow.parquet as pq
 
-        from ctr_model.features import DENSE_COLUMNS, LABEL, SPARSE_COLUMNS
-
+        label, columns = self._columns_wanted()
         for path in paths:
             pf = pq.ParquetFile(path)
             names = set(pf.schema_arrow.names)
-            wanted = ([LABEL] if LABEL in names else []) + list(DENSE_COLUMNS + SPARSE_COLUMNS)
+            wanted = ([label] if label in names else []) + columns
             for batch in pf.iter_batches(batch_size=batch_size, columns=[c for c in wanted if c in names]):
-                labels = (np.asarray(batch.column(LABEL).to_numpy(zero_copy_only=False))
-                          if LABEL in names else None)
+                labels = (np.asarray(batch.column(label).to_numpy(zero_copy_only=False))
+                          if label in names else None)
                 yield labels, self.predict(batch)
 
 

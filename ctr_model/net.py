@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional, Tuple
 
 from ctr_model.config import TrainConfig
+from ctr_model.feature_spec import FeatureSpec
 from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
 
-__all__ = ["EMBEDDING_NAME", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "dense_param_names",
+__all__ = ["EMBEDDING_NAME", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "slot_layout", "dense_param_names",
            "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
 
 EMBEDDING_NAME = "SparseFeatFactors"
@@ -102,24 +103,38 @@ class Net:
         return [self.label] + list(self.sparse_inputs) + [self.dense_input]
 
 
-def build_net(config: TrainConfig, ps_mode: bool) -> Net:
+def slot_layout(features: Optional[FeatureSpec]) -> Tuple[List[Tuple[str, Optional[str]]], int]:
+    """``([(slot name, pooling or None), ...], dense width)``: the network's input slots for a
+    feature spec, in the slot files' order. Criteo (``None``) keeps its names ``C1..C26``; a spec's
+    slots are ``cat0, cat1, ..`` (a feature may be called ``label``), multi-valued ones pooled."""
+    if features is None or features.is_criteo:
+        return [(name, None) for name in SPARSE_COLUMNS], NUM_DENSE
+    return ([(f"cat{k}", c.pooling if c.multivalued else None) for k, c in enumerate(features.categorical)],
+            len(features.dense))
+
+
+def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec] = None) -> Net:
     """Build the network into the current default main/startup programs.
 
     Args:
         config: model sizes.
         ps_mode: ``True`` puts the embedding on the pservers (``sparse_embedding``); ``False``
             builds an ordinary local embedding of ``hash_buckets`` rows (single-process training).
+        features: the data's feature spec (``None``: Criteo). Every categorical feature shares the
+            one table, as Criteo's 26 do (their ids are salted per feature); a multi-valued
+            feature's variable-length slot is pooled (``sum``/``mean``) with ``sequence_pool``.
     """
     import paddle
 
+    slots, n_dense = slot_layout(features)
     label = paddle.static.data(name=LABEL_INPUT, shape=[-1, 1], dtype="int64")
     sparse = [paddle.static.data(name=name, shape=[-1, 1], dtype="int64", lod_level=1)
-              for name in SPARSE_COLUMNS]
-    dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, NUM_DENSE], dtype="float32")
+              for name, _ in slots]
+    dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, n_dense], dtype="float32")
     emb_attr = paddle.ParamAttr(name=EMBEDDING_NAME,
                                 initializer=paddle.nn.initializer.Uniform(-0.01, 0.01))
     embs = []
-    for ids in sparse:
+    for ids, (_, pooling) in zip(sparse, slots):
         if ps_mode:
             emb = paddle.static.nn.sparse_embedding(
                 input=ids, size=[config.hash_buckets, config.embedding_dim], param_attr=emb_attr)
@@ -127,9 +142,14 @@ def build_net(config: TrainConfig, ps_mode: bool) -> Net:
             emb = paddle.static.nn.embedding(
                 input=ids, size=[config.hash_buckets, config.embedding_dim], is_sparse=True,
                 param_attr=emb_attr)
-        embs.append(paddle.reshape(emb, shape=[-1, config.embedding_dim]))
+        if pooling is None:
+            embs.append(paddle.reshape(emb, shape=[-1, config.embedding_dim]))
+        else:
+            pooled = paddle.static.nn.sequence_pool(
+                input=emb, pool_type="sum" if pooling == "sum" else "average")
+            embs.append(paddle.reshape(pooled, shape=[-1, config.embedding_dim]))
     x = paddle.concat(embs + [dense], axis=1)
-    width = NUM_DENSE + len(SPARSE_COLUMNS) * config.embedding_dim
+    width = n_dense + len(slots) * config.embedding_dim
     for i, size in enumerate(config.fc_sizes):
         x = paddle.static.nn.fc(
             x, size=size, activation="relu",

@@ -47,6 +47,7 @@ from ctr_model.data import (
     convert_shards,
     resolve_split,
 )
+from ctr_model.feature_spec import FeatureSpec
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.pid1 import supervise_if_pid1
 from ctr_model.rendezvous import serve_rendezvous, wait_for_endpoints
@@ -93,7 +94,7 @@ def auc_from_stats(stat_pos, stat_neg) -> float:
 # shared program construction
 # ------------------------------------------------------------------------------------------------
 
-def _build(config: TrainConfig, spec: Optional[RoleSpec] = None):
+def _build(config: TrainConfig, spec: Optional[RoleSpec] = None, features: Optional[FeatureSpec] = None):
     """Fleet, network and optimizer. A trainer (``spec``) first waits for the pservers' endpoints
     itself (:func:`wait_for_endpoints`) where Paddle would poll them every 3 s: pserver 0's Gloo
     rendezvous server before ``fleet.init``, the pservers before ``minimize``."""
@@ -110,7 +111,7 @@ def _build(config: TrainConfig, spec: Optional[RoleSpec] = None):
         _wait_logged("pserver 0's rendezvous server", [f"{spec.pserver_hosts[0]}:{spec.gloo_port}"],
                      spec.pserver_wait_s)
     fleet.init(is_collective=False)
-    net = build_net(config, ps_mode=True)
+    net = build_net(config, ps_mode=True, features=features)
     # persistable accumulator of the summed loss, read by the progress thread
     loss_sum = paddle.static.create_global_var(shape=[1], value=0.0, dtype="float32",
                                                persistable=True, name="ctr_loss_sum")
@@ -225,7 +226,7 @@ def _serve(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, endpoint: str
             _log(spec, f"fetched {ws.uri(os.path.relpath(resume.path, ws.root))} in {time.time() - t:.1f}s")
         responder = wsp.PublishResponder(ws, spec.name)
         responder.start()
-    fleet, _net = _build(config)
+    fleet, _net = _build(config, features=_data_features(spec))
     _log(spec, f"serving on {endpoint}")
     try:
         fleet.init_server()
@@ -305,6 +306,15 @@ def _pull_dense(fleet) -> None:
     rt._pull_all_dense(rt.scopes, send_ctx, dense_map)
 
 
+def _data_features(spec: RoleSpec) -> Optional[FeatureSpec]:
+    """A pserver's view of the data's feature spec, which shapes the program it serves (the dense
+    layers' widths): read from the training split's ``schema.json`` on a volume; data in a store is
+    the Criteo layout (its reader refuses any other)."""
+    if s3.is_uri(spec.data_dir):
+        return None
+    return resolve_split(spec.data_dir, "train").features
+
+
 def check_test_split(data_dir: str, train: SplitInfo) -> Optional[SplitInfo]:
     """The prep dir's ``test/`` split, validated against ``train`` (``None`` if there is none).
 
@@ -372,6 +382,9 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
                       f"Job's svc plugin publishes not-ready addresses")
             return EXIT_BAD_INPUT
     split, n_files, mine, fetch = _train_split(spec, ws)
+    if split.features is not None:   # one shared table of the spec's embedding width
+        config = config.replace(embedding_dim=split.features.categorical[0].embedding_dim) \
+            if split.features.categorical else config
     if split.hash_buckets and not explicit_buckets:
         config = config.replace(hash_buckets=split.hash_buckets)   # follow the data by default
     if split.hash_buckets and split.hash_buckets != config.hash_buckets:
@@ -386,7 +399,8 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
         from ctr_model.features import SCHEMA_VERSION
 
         init = read_init_model(spec.init_model)
-        check_compatible(init, config.to_dict(), spec.pservers, SCHEMA_VERSION)
+        check_compatible(init, config.to_dict(), spec.pservers, SCHEMA_VERSION,
+                         split.features.to_dict() if split.features is not None else None)
     cache = _cache_dir(spec)
     # Convert in the background while Paddle starts up (imports, program, rendezvous): Arrow's
     # writer releases the GIL, so most of the conversion hides behind the start-up.
@@ -396,24 +410,25 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
     t0 = time.time()
 
     def convert():
-        result = convert_shards(fetch(), cache, config.hash_buckets)
+        result = convert_shards(fetch(), cache, config.hash_buckets, split.features)
         return result, time.time() - t0
 
     future = pool.submit(convert)
     try:
-        return _train(spec, config, ws, future, len(mine), split.files, init)
+        return _train(spec, config, ws, future, len(mine), split.files, init, split.features)
     finally:
         pool.shutdown(wait=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 
 def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n_shards: int,
-           train_files: Sequence[str], init: Optional[WarmStart] = None) -> int:
+           train_files: Sequence[str], init: Optional[WarmStart] = None,
+           features: Optional[FeatureSpec] = None) -> int:
     """``train_files``: local training shards for the export's calibration (all of them with data on
     a volume; this trainer's own downloaded shards with data in a store)."""
     import paddle
 
-    fleet, net = _build(config, spec)
+    fleet, net = _build(config, spec, features)
     main_program = paddle.static.default_main_program()   # after minimize: fleet swapped it
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
@@ -424,7 +439,7 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
     if config.reader == "inmemory":
         dataset.release_memory()
     pserver_names = [f"{PSERVER}-{i}" for i in range(spec.pservers)]
-    _export(spec, config, ws, fleet, train_files)
+    _export(spec, config, ws, fleet, train_files, features)
     fleet.barrier_worker()
     if spec.index == 0:
         _write_metrics(spec, config, ws, start_epoch)
@@ -537,7 +552,7 @@ def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, e
 
 
 def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
-            train_files: Sequence[str]) -> None:
+            train_files: Sequence[str], features: Optional[FeatureSpec] = None) -> None:
     """Trainer 0 exports the model from the final checkpoint: the dense arrays pulled from the
     pservers, the sparse table parsed from the checkpoint's shards (every trainer has just written it
     together, so the pservers need not write the table a second time, as ``save_inference_model`` made
@@ -570,6 +585,8 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
     _log(spec, f"exported {model_dir} ({keys} sparse keys, from {os.path.basename(last.path)})")
     meta = _model_meta(spec, config)
+    if features is not None:
+        meta["feature_spec"] = features.to_dict()   # the scorer's and warm start's layout
     _write_json(os.path.join(model_dir, MODEL_META), meta)
     from ctr_model.calibrate import calibrate_export
 

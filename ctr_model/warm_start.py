@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 __all__ = ["WARM_START_DIR", "WarmStartError", "WarmStart", "read_init_model", "check_compatible",
            "export_checkpoint"]
@@ -77,7 +77,7 @@ def read_init_model(model_dir: str) -> WarmStart:
 
 
 def check_compatible(init: WarmStart, config: Mapping[str, Any], pservers: int,
-                     schema_version: int) -> None:
+                     schema_version: int, feature_spec: Optional[Mapping[str, Any]] = None) -> None:
     """Refuse an init model this run cannot continue.
 
     Args:
@@ -85,6 +85,8 @@ def check_compatible(init: WarmStart, config: Mapping[str, Any], pservers: int,
         config: the new run's training config (``TrainConfig.to_dict()``).
         pservers: the new gang's pservers.
         schema_version: the feature schema version of the new run's data.
+        feature_spec: the new data's feature spec (``to_dict()``; ``None``: Criteo); the init
+            model's must be the same, feature by feature.
 
     Raises:
         WarmStartError: naming the field, the init model's value, this run's value and the fix.
@@ -100,10 +102,43 @@ def check_compatible(init: WarmStart, config: Mapping[str, Any], pservers: int,
                "use the init model's network shape or train from scratch"),
               ("pservers", init.pservers, pservers,
                "run as many pservers as the init model had (each loads its own table shards)")]
+    _check_same_features(init, init.meta.get("feature_spec"), feature_spec)
     for name, old, new, fix in checks:
         if old != new:
             raise WarmStartError(f"cannot warm-start from {init.model_dir}: its {name} is {old!r} but "
                                  f"this run's is {new!r}; {fix}")
+
+
+def _check_same_features(init: WarmStart, old: Optional[Mapping[str, Any]],
+                         new: Optional[Mapping[str, Any]]) -> None:
+    """Refuse an init model trained on other features, naming the first feature that differs.
+    ``standardize`` statistics may differ (each prep computes its own from its data)."""
+    old, new = _without_stats(old), _without_stats(new)
+    if old == new:
+        return
+    if old is None or new is None:
+        raise WarmStartError(f"cannot warm-start from {init.model_dir}: it was trained on "
+                             f"{'the Criteo layout' if old is None else 'a feature spec'} but this "
+                             f"run's data has {'the Criteo layout' if new is None else 'a feature spec'}; "
+                             f"prep the data like the init model's or train from scratch")
+    for kind in ("dense", "categorical"):
+        before = {f["name"]: f for f in old.get(kind) or []}
+        after = {f["name"]: f for f in new.get(kind) or []}
+        for name in list(before) + [n for n in after if n not in before]:
+            if before.get(name) != after.get(name):
+                raise WarmStartError(f"cannot warm-start from {init.model_dir}: {kind} feature {name!r} "
+                                     f"is {before.get(name)!r} there but {after.get(name)!r} in this run's "
+                                     f"data; prep with the init model's feature spec or train from scratch")
+    raise WarmStartError(f"cannot warm-start from {init.model_dir}: its feature spec differs from this "
+                         f"run's data (label, order or layout); prep with the init model's spec")
+
+
+def _without_stats(spec: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    if spec is None:
+        return None
+    doc = dict(spec)
+    doc["dense"] = [{k: v for k, v in d.items() if k not in ("mean", "std")} for d in spec.get("dense") or []]
+    return doc
 
 
 def export_checkpoint(checkpoint_path: str, model_dir: str) -> str:

@@ -408,9 +408,14 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
 
     meta = getattr(scorer, "meta", None) or {}
     try:
-        check_split_schema(split_dir, expected_buckets=meta.get("hash_buckets"))
+        doc = check_split_schema(split_dir, expected_buckets=meta.get("hash_buckets"),
+                                 any_spec="feature_spec" in meta)
     except ValueError as exc:  # ctr_model.features.SchemaMismatch: version, columns or buckets differ
         raise BadInput("data", split_dir, str(exc)) from exc
+    if doc.get("feature_spec", meta.get("feature_spec")) != meta.get("feature_spec", doc.get("feature_spec")):
+        raise BadInput("data", split_dir, "prepped with another feature spec than the model was trained on "
+                                          "(compare schema.json's feature_spec with model_meta.json's); "
+                                          "prep the data with the model's spec")
     parts = _parquet_parts(split_dir)
     expected = _expected_rows(split_dir)
     labels, probs = _collect(scorer.predict_files(parts, batch_size=batch_size), expected)

@@ -293,6 +293,12 @@ def _standardized(spec: FeatureSpec, files: Sequence[str]) -> FeatureSpec:
     return spec.with_dense(dense)
 
 
+def _id_space(spec: FeatureSpec) -> int:
+    """The ``hash_buckets`` of ``schema.json``: every feature's ids are below it (the trainer's one
+    shared table)."""
+    return max([c.hash_buckets for c in spec.categorical] or [spec.hash_buckets])
+
+
 def prep_spec(files: Sequence[str], train_dir: str, test_dir: str, config: PrepConfig,
               spec: FeatureSpec, stats_path: Optional[str] = None) -> Dict[str, Any]:
     """Prep ``files`` (already resolved) in ``spec``'s layout into the two split directories.
@@ -307,7 +313,7 @@ def prep_spec(files: Sequence[str], train_dir: str, test_dir: str, config: PrepC
     train = ShardSet(train_dir, config.shards, config.compression, schema)
     test = ShardSet(test_dir, config.test_shards, config.compression, schema)
     acc = Accumulator(config, [d.name for d in spec.dense] + [c.name for c in spec.categorical],
-                      hash_buckets=spec.hash_buckets)
+                      hash_buckets=_id_space(spec))
     splitter = StratifiedSplit(config.seed, config.test_fraction)
     ok = False
     try:
@@ -322,7 +328,7 @@ def prep_spec(files: Sequence[str], train_dir: str, test_dir: str, config: PrepC
         stats["feature_spec"] = spec.to_dict()
         stats["workers"] = 1
         for split_dir, rows, shards in ((train_dir, acc.rows_train, train), (test_dir, acc.rows_test, test)):
-            write_split_schema(split_dir, spec.hash_buckets, rows, shards.files(), spec.to_dict())
+            write_split_schema(split_dir, _id_space(spec), rows, shards.files(), spec.to_dict())
         if stats_path:
             write_json(stats_path, stats)
         ok = True
