@@ -2,13 +2,17 @@
 the ONNX export and serving tests, and the raw test-split rows it is compared on."""
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
 from pathlib import Path
-from typing import List, Tuple
+from typing import Iterator, List, Tuple
 
 import pytest
 
 from ctr_volcano.app.cli import main as cli
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +36,68 @@ def raw_lines(sample_dir: Path, limit: int) -> List[List[str]]:
                 if len(rows) == limit:
                     return rows
     return rows
+
+
+def _serving_venv() -> Path:
+    """A venv with serving/requirements.txt, as the serving image has it, keyed by that file's hash
+    (built once into ~/.cache/ctr-volcano, ~1-2 min); $CTR_SERVING_PYTHON names one instead."""
+    import hashlib
+    import subprocess
+    import sys
+
+    req = REPO / "serving" / "requirements.txt"
+    key = hashlib.sha256(req.read_bytes()).hexdigest()[:12]
+    venv = Path.home() / ".cache" / "ctr-volcano" / f"serving-venv-{key}"
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(req)], check=True)
+        (venv / ".complete").write_text(key)
+    return python
+
+
+@pytest.fixture(scope="session")
+def serving_python() -> str:
+    """The interpreter of the serving environment (kserve + onnxruntime, no Paddle)."""
+    return os.environ.get("CTR_SERVING_PYTHON") or str(_serving_venv())
+
+
+@contextlib.contextmanager
+def model_server(python: str, model_dir: Path, log: Path) -> Iterator[str]:
+    """A real ``ctr-volcano serve`` process on a free loopback port; yields its base URL
+    once /v2/health/ready answers, and stops it (SIGTERM, then SIGKILL) afterwards."""
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([python, "-m", "ctr_volcano.app.cli.main", "serve", "--model", str(model_dir),
+                                 "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            assert proc.poll() is None, f"the server exited {proc.returncode}: {log.read_text()[-2000:]}"
+            try:
+                with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, f"not ready in 90 s: {log.read_text()[-2000:]}"
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
