@@ -2,11 +2,10 @@
 the ONNX export and serving tests, and the raw test-split rows it is compared on."""
 from __future__ import annotations
 
-import contextlib
 import gzip
 import os
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import List, Tuple
 
 import pytest
 
@@ -60,44 +59,3 @@ def _serving_venv() -> Path:
 def serving_python() -> str:
     """The interpreter of the serving environment (kserve + onnxruntime, no Paddle)."""
     return os.environ.get("CTR_SERVING_PYTHON") or str(_serving_venv())
-
-
-@contextlib.contextmanager
-def model_server(python: str, model_dir: Path, log: Path) -> Iterator[str]:
-    """A real ``ctr-volcano serve`` process on a free loopback port; yields its base URL
-    once /v2/health/ready answers, and stops it (SIGTERM, then SIGKILL) afterwards."""
-    import signal
-    import socket
-    import subprocess
-    import time
-    import urllib.request
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([python, "-m", "ctr_volcano.app.cli.main", "serve", "--model", str(model_dir),
-                                 "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            assert proc.poll() is None, f"the server exited {proc.returncode}: {log.read_text()[-2000:]}"
-            try:
-                with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.time() < deadline, f"not ready in 90 s: {log.read_text()[-2000:]}"
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
