@@ -12,6 +12,13 @@ INSTALL_REQUIRES = [
     "kubernetes>=30.1,<31",    # kfp 2.17.3 takes < 31
     "PyYAML>=6",
     "jsonschema>=4.18",        # `ctr-volcano render-job --check-crd` validates against the Volcano CRD
+    "onnx>=1.17,<2",           # `ctr-volcano export` and trainer 0 build model.onnx (no Paddle needed)
+]
+
+# Running the ONNX model in this process (`ctr-volcano serve`, bench/serve.py, the parity tests). The
+# KServe server has its own environment (serving/requirements.txt): kserve 0.21 takes pandas < 3.
+SERVE_REQUIRES = [
+    "onnxruntime>=1.20",
 ]
 
 # The training stack: the local backend and the trainer image (`pip install 'ctr-volcano[train]'`).
@@ -64,7 +71,8 @@ setup(
         "Programming Language :: Python :: 3.13",
     ],
     install_requires=INSTALL_REQUIRES,
-    extras_require={"train": TRAIN_REQUIRES, "test": TRAIN_REQUIRES + TEST_REQUIRES + BENCH_REQUIRES,
-                    "bench": BENCH_REQUIRES},
+    extras_require={"train": TRAIN_REQUIRES,
+                    "test": TRAIN_REQUIRES + TEST_REQUIRES + BENCH_REQUIRES + SERVE_REQUIRES,
+                    "bench": BENCH_REQUIRES, "serve": SERVE_REQUIRES},
     entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.app.cli.main:main"]},
 )

@@ -593,6 +593,10 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     meta["calibration"] = calibrate_export(model_dir, train_files)
     _write_json(os.path.join(model_dir, MODEL_META), meta)
     _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
+    from ctr_model.onnx_export import export_onnx
+
+    served = export_onnx(model_dir)          # model.onnx + serving/ctr/1: what a serving stack loads
+    _log(spec, f"wrote {model_dir}/model.onnx ({served['sparse_keys']} keys) and the Triton repository")
     ws.publish(MODEL_DIR)
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["TRAINER_IMAGE", "COMPONENT_IMAGE", "trainer_image", "component_image"]
+__all__ = ["TRAINER_IMAGE", "COMPONENT_IMAGE", "SERVING_IMAGE", "trainer_image", "component_image",
+           "serving_image"]
 
 #: Training runtime: paddlepaddle + ctr_model only (no kfp: its proto-plus shadows Paddle's proto).
 TRAINER_IMAGE = "localhost:5000/ctr-volcano/ctr-trainer:0.1.0"
 #: Component image: this package + kfp + kubernetes client (launcher, prep, evaluation).
 COMPONENT_IMAGE = "localhost:5000/ctr-volcano/ctr-component:0.1.0"
+#: Model server: kserve + onnxruntime + the transforms, no Paddle (dockerfiles/Dockerfile.serving).
+SERVING_IMAGE = "localhost:5000/ctr-volcano/ctr-serving:0.1.0"
 
 
 def trainer_image() -> str:
@@ -26,3 +29,8 @@ def trainer_image() -> str:
 def component_image() -> str:
     """The component image: ``CTR_VOLCANO_COMPONENT_IMAGE`` or :data:`COMPONENT_IMAGE`."""
     return os.environ.get("CTR_VOLCANO_COMPONENT_IMAGE", COMPONENT_IMAGE)
+
+
+def serving_image() -> str:
+    """The model server image: ``CTR_VOLCANO_SERVING_IMAGE`` or :data:`SERVING_IMAGE`."""
+    return os.environ.get("CTR_VOLCANO_SERVING_IMAGE", SERVING_IMAGE)

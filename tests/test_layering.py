@@ -52,6 +52,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("ctr_volcano.data",),
     ("ctr_volcano.training",),
     ("ctr_volcano.evaluation",),
+    ("ctr_volcano.serving",),
     ("ctr_volcano.retraining",),
     ("components",),
     ("pipelines",),

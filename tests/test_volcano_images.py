@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRAINER = (REPO / "dockerfiles" / "Dockerfile.trainer").read_text()
 COMPONENT = (REPO / "dockerfiles" / "Dockerfile.component").read_text()
 #: What the trainer image installs, besides the standard library.
-TRAINER_PACKAGES = {"paddle", "numpy", "pyarrow", "ctr_model"}
+TRAINER_PACKAGES = {"paddle", "numpy", "pyarrow", "onnx", "ctr_model"}
 
 
 def _setup_requirements(*names: str):
@@ -42,7 +42,7 @@ def test_trainer_pins_satisfy_setup_py():
     one the package's base and ``train`` requirements accept."""
     wants = _setup_requirements("INSTALL_REQUIRES", "TRAIN_REQUIRES")
     installed = dict(re.findall(r'"([A-Za-z0-9_.-]+)==([^"]+)"', TRAINER))
-    assert set(installed) == {"paddlepaddle", "numpy", "pyarrow", "protobuf"}
+    assert set(installed) == {"paddlepaddle", "numpy", "pyarrow", "protobuf", "onnx"}
     for name, version in installed.items():
         assert version in wants[name.lower()], f"the trainer image's {name}=={version} is outside setup.py's {wants[name.lower()]}"
     assert installed["numpy"].startswith("2.")  # the training stack is on numpy 2 (paddlepaddle 3.0.0)

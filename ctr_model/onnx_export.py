@@ -1,0 +1,196 @@
+"""The exported model as an ONNX graph a serving stack loads (Triton, KServe, onnxruntime).
+
+``paddle2onnx`` cannot convert the training program (it has no mapper for the parameter server's
+``distributed_lookup_table``), so the graph is built directly from what trainer 0 exports,
+``dense.npz`` + ``sparse.npz``, and computes exactly what the numpy scorer
+(:meth:`ctr_model.infer.Scorer.predict`) computes:
+
+- inputs ``dense`` float32 ``[N, 13]`` (the prep transform of ``I1..I13``) and ``ids`` int64
+  ``[N, 26]`` (the hashed ids of ``C1..C26``, in column order); every feature is single-valued, so
+  there is no padded multi-valued input;
+- ``ai.onnx.ml.LabelEncoder`` maps each id to its row in a compact table of the ids seen in
+  training; ids never seen (also negative ones) map to one extra zero row, as the scorer does;
+- ``Gather``, ``Reshape``, ``Concat`` with ``dense``, the FC stack (float32, ReLU), the output
+  layer with the calibrated bias, the margin of its two logits in float64 and a float64
+  ``Sigmoid``: output ``probability`` float64 ``[N]``.
+
+The LabelEncoder's keys are node attributes, which cannot live in external data, so one model must
+fit protobuf's 2 GB limit: about 1M keys x dim 10 is 40 MB, so tens of millions of keys fit; past
+the limit the export refuses (:class:`OnnxTooLarge`) rather than write a model nothing loads.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+from ctr_model.atomic import write_json
+from ctr_model.features import DENSE_COLUMNS, HASH_VERSION, SCHEMA_VERSION, SPARSE_COLUMNS
+from ctr_model.infer import ModelError, Scorer, load_model
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["ONNX_FILE", "MANIFEST_FILE", "REPOSITORY_DIR", "TRITON_MODEL", "MAX_MODEL_BYTES",
+           "OnnxTooLarge", "build_graph", "export_onnx", "write_repository", "estimated_bytes"]
+
+ONNX_FILE = "model.onnx"
+#: What a server needs besides the graph: inputs, their column order, the transform and buckets.
+MANIFEST_FILE = "serving.json"
+#: The Triton/KServe model repository written beside the model: ``serving/ctr/1/model.onnx``.
+REPOSITORY_DIR = "serving"
+TRITON_MODEL = "ctr"
+#: protobuf's hard limit on one serialized message, less room for the graph's other fields.
+MAX_MODEL_BYTES = 2 ** 31 - 2 ** 26
+_INT64_MAX = 2 ** 63 - 1
+_OPSET = 17
+_ML_OPSET = 2       # LabelEncoder with int64 keys and values
+
+
+class OnnxTooLarge(ModelError):
+    """The model does not fit one ONNX file; names the size, the limit and the way out."""
+
+
+def estimated_bytes(scorer: Scorer) -> int:
+    """Serialized size of the graph, from above: the table, the keys and values (at most 10 bytes
+    each as varints), the dense layers."""
+    dense = sum(w.size + b.size for w, b in scorer.layers) * 4
+    return int(scorer.rows.size * 4 + len(scorer.keys) * 20 + dense + 2 ** 16)
+
+
+def _check_fits(scorer: Scorer, max_bytes: int) -> None:
+    size = estimated_bytes(scorer)
+    if size > max_bytes:
+        raise OnnxTooLarge(
+            f"the model would be about {size / 2**20:.0f} MiB as ONNX ({len(scorer.keys)} sparse keys x "
+            f"dim {scorer.embedding_dim}), over the {max_bytes / 2**20:.0f} MiB one ONNX file can hold "
+            f"(the LabelEncoder's keys are attributes, not external data): train with fewer "
+            f"hash_buckets, or serve the embeddings from a key-value store (docs/serving.md)")
+    if len(scorer.keys) and int(scorer.keys[-1]) > _INT64_MAX:
+        raise ModelError(f"sparse key {int(scorer.keys[-1])} does not fit int64, which ONNX's Gather "
+                         f"and LabelEncoder take: retrain with hash_buckets <= 2**62 (prep's limit)")
+
+
+def _dense_part(helper: Any, numpy_helper: Any, scorer: Scorer, nodes: list, inits: list) -> str:
+    """The FC stack and output layer as nodes; returns the name of the float64 margin."""
+    x = "x"
+    for i, (w, b) in enumerate(scorer.layers):
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"mm{i}"]),
+                  helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"h{i}"])]
+        x = f"h{i}"
+        if i < len(scorer.layers) - 1:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"]))
+            x = f"r{i}"
+    import numpy as np
+
+    inits += [numpy_helper.from_array(np.array([0], dtype=np.int64), "col0"),
+              numpy_helper.from_array(np.array([1], dtype=np.int64), "col1")]
+    nodes += [helper.make_node("Gather", [x, "col1"], ["l1"], axis=1),
+              helper.make_node("Gather", [x, "col0"], ["l0"], axis=1),
+              helper.make_node("Cast", ["l1"], ["l1d"], to=11),
+              helper.make_node("Cast", ["l0"], ["l0d"], to=11),
+              helper.make_node("Sub", ["l1d", "l0d"], ["margin2d"]),
+              helper.make_node("Squeeze", ["margin2d", "col1"], ["margin"])]
+    return "margin"
+
+
+def build_graph(scorer: Scorer, max_bytes: int = MAX_MODEL_BYTES) -> "onnx.ModelProto":
+    """The ONNX model of ``scorer`` (see the module docstring for its inputs, nodes and output).
+
+    Raises:
+        OnnxTooLarge: past ``max_bytes``; ModelError: a key beyond int64.
+    """
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    _check_fits(scorer, max_bytes)
+    dim, slots = scorer.embedding_dim, len(SPARSE_COLUMNS)
+    keys = [int(k) for k in scorer.keys] or [-1]        # no keys: everything is the zero row
+    table = scorer._rows_and_zero() if len(scorer.keys) else np.zeros((1, dim), dtype=np.float32)
+    unseen = len(scorer.keys)
+    inits = [numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array([-1, slots * dim], dtype=np.int64), "flat_shape")]
+    nodes = [helper.make_node("LabelEncoder", ["ids"], ["pos"], domain="ai.onnx.ml", keys_int64s=keys,
+                              values_int64s=list(range(len(keys))), default_int64=unseen),
+             helper.make_node("Gather", ["table", "pos"], ["emb"], axis=0),
+             helper.make_node("Reshape", ["emb", "flat_shape"], ["emb_flat"]),
+             helper.make_node("Concat", ["emb_flat", "dense"], ["x"], axis=1)]
+    margin = _dense_part(helper, numpy_helper, scorer, nodes, inits)
+    nodes.append(helper.make_node("Sigmoid", [margin], ["probability"]))
+    graph = helper.make_graph(
+        nodes, "ctr_dnn", [helper.make_tensor_value_info("dense", TensorProto.FLOAT, ["N", len(DENSE_COLUMNS)]),
+                           helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", slots])],
+        [helper.make_tensor_value_info("probability", TensorProto.DOUBLE, ["N"])], initializer=inits)
+    model = helper.make_model(graph, producer_name="ctr-volcano",
+                              opset_imports=[helper.make_opsetid("", _OPSET),
+                                             helper.make_opsetid("ai.onnx.ml", _ML_OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _manifest(scorer: Scorer, onnx_bytes: bytes) -> Dict[str, Any]:
+    return {"format": "ctr-onnx-v1", "onnx": ONNX_FILE, "sha256": hashlib.sha256(onnx_bytes).hexdigest(),
+            "schema_version": SCHEMA_VERSION, "hash_version": HASH_VERSION,
+            "hash_buckets": int(scorer.meta["hash_buckets"]), "sparse_keys": int(len(scorer.keys)),
+            "inputs": {"dense": {"dtype": "FP32", "columns": list(DENSE_COLUMNS)},
+                       "ids": {"dtype": "INT64", "columns": list(SPARSE_COLUMNS)}},
+            "outputs": {"probability": {"dtype": "FP64"}},
+            "transform": "ctr_model.features: dense_value (log1p) for I*, hash_value for C*"}
+
+
+def export_onnx(model_dir: str, out_dir: Optional[str] = None, max_bytes: int = MAX_MODEL_BYTES) -> Dict[str, Any]:
+    """Write ``model.onnx`` and ``serving.json`` for the exported model in ``model_dir`` into
+    ``out_dir`` (default: the model directory itself) and the Triton repository under it; returns
+    the manifest."""
+    scorer = load_model(model_dir)
+    data = build_graph(scorer, max_bytes).SerializeToString()
+    out = out_dir or model_dir
+    os.makedirs(out, exist_ok=True)
+    tmp = os.path.join(out, ONNX_FILE + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, os.path.join(out, ONNX_FILE))
+    manifest = _manifest(scorer, data)
+    write_json(os.path.join(out, MANIFEST_FILE), manifest, indent=1, sort_keys=True)
+    write_repository(out, data)
+    return manifest
+
+
+_CONFIG_PBTXT = """name: "{name}"
+backend: "onnxruntime"
+max_batch_size: 0
+input [
+  {{ name: "dense" data_type: TYPE_FP32 dims: [ -1, {dense} ] }},
+  {{ name: "ids" data_type: TYPE_INT64 dims: [ -1, {sparse} ] }}
+]
+output [
+  {{ name: "probability" data_type: TYPE_FP64 dims: [ -1 ] }}
+]
+"""
+
+
+def write_repository(out_dir: str, onnx_bytes: bytes) -> str:
+    """The Triton/KServe model repository (``serving/ctr/config.pbtxt``, ``serving/ctr/1/model.onnx``)
+    that KServe's stock ONNX runtime (Triton) loads from ``/mnt/models``; returns its path."""
+    root = os.path.join(out_dir, REPOSITORY_DIR)
+    version = os.path.join(root, TRITON_MODEL, "1")
+    os.makedirs(version, exist_ok=True)
+    with open(os.path.join(version, ONNX_FILE), "wb") as fh:
+        fh.write(onnx_bytes)
+    with open(os.path.join(root, TRITON_MODEL, "config.pbtxt"), "w", encoding="utf-8") as fh:
+        fh.write(_CONFIG_PBTXT.format(name=TRITON_MODEL, dense=len(DENSE_COLUMNS), sparse=len(SPARSE_COLUMNS)))
+    return root
+
+
+def read_manifest(model_dir: str) -> Dict[str, Any]:
+    """``serving.json`` of an ONNX export; a ModelError naming the fix if absent."""
+    path = os.path.join(model_dir, MANIFEST_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return dict(json.load(fh))
+    except FileNotFoundError:
+        raise ModelError(f"{path} not found: run `ctr-volcano export --model {model_dir}` first") from None

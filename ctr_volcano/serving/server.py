@@ -1,0 +1,52 @@
+"""``python -m ctr_volcano.serving.server --model DIR``: the KServe model server on one port.
+
+KServe's ModelServer binds 0.0.0.0 itself; here the REST server is handed a socket already bound to
+``--host`` (127.0.0.1 unless asked), so a local ``ctr-volcano serve`` is not reachable from the
+network; the image passes ``--host 0.0.0.0``. gRPC is off (it would bind ``[::]``).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+from typing import List, Optional
+
+__all__ = ["serve", "main"]
+
+_log = logging.getLogger(__name__)
+
+
+def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Load the model and serve V2 on ``host:port`` until SIGTERM/SIGINT."""
+    from kserve import ModelServer
+    from kserve.model_server import FASTAPI_APP_IMPORT_STRING
+    from kserve.protocol.rest.server import RESTServer
+
+    from ctr_volcano.serving.kserve_model import CtrModel
+
+    model = CtrModel(model_dir)
+    model.load()
+    server = ModelServer(http_port=port, enable_grpc=False, workers=1)
+    server.register_model(model)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    _log.info("serving %s as model %r on http://%s:%d (V2: /v2/health/ready, /v2/models/%s/infer)",
+              model_dir, model.name, host, sock.getsockname()[1], model.name)
+    rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port)
+    rest.run(sockets=[sock])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="ctr-serve", description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, metavar="DIR", help="model directory with model.onnx + serving.json")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    serve(args.model, args.host, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""A minimal V2 (Open Inference Protocol) JSON client for the model server: raw rows in, the
+request body and the probabilities out. Used by the tests and bench/serve.py; any V2 client
+(tritonclient.http, KServe's InferenceRESTClient) speaks the same protocol."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any, Dict, List, Sequence, Tuple
+
+from ctr_volcano.serving.raw import BYTES, RAW_INPUTS
+
+__all__ = ["rows_to_body", "infer", "V2Error"]
+
+
+class V2Error(RuntimeError):
+    """The server answered with an error status; ``status`` and the server's ``error`` text."""
+
+    def __init__(self, status: int, error: str):
+        self.status = status
+        self.error = error
+        super().__init__(f"HTTP {status}: {error}")
+
+
+def rows_to_body(rows: Sequence[Sequence[str]]) -> Dict[str, Any]:
+    """The V2 request for raw TSV rows (``label, I1..I13, C1..C26`` each; the label is dropped): one
+    BYTES input per raw column, the log's text as is."""
+    columns = list(zip(*[r[1:1 + len(RAW_INPUTS)] for r in rows])) if rows else [()] * len(RAW_INPUTS)
+    return {"inputs": [{"name": name, "datatype": BYTES, "shape": [len(rows)], "data": list(col)}
+                       for name, col in zip(RAW_INPUTS, columns)]}
+
+
+def infer(url: str, body: Dict[str, Any], model: str = "ctr", timeout: float = 60.0) -> Tuple[List[float], Dict[str, Any]]:
+    """POST ``body`` to ``{url}/v2/models/{model}/infer``; ``(probabilities, the whole response)``.
+
+    Raises:
+        V2Error: a 4xx/5xx answer, with the server's error message.
+    """
+    req = urllib.request.Request(f"{url}/v2/models/{model}/infer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            out = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode("utf-8", "replace")
+        try:
+            text = json.loads(text).get("error", text)
+        except ValueError:
+            pass
+        raise V2Error(exc.code, text) from None
+    return list(out["outputs"][0]["data"]), out
