@@ -291,6 +291,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "pserver ReplicaSets first (until placed), then both trainer Jobs")
     ap.add_argument("--svg", default=str(REPO / "docs" / "seed-comparison.svg"))
     ap.add_argument("--json", default=None, help="also write the full report here")
+    ap.add_argument("--keep-workdir", action="store_true",
+                    help="keep the cluster's logs, the pods' logs and the claim (printed at the end)")
     args = ap.parse_args(argv)
     if args.slots % args.nodes:
         ap.error("--slots must be a multiple of --nodes")
@@ -323,7 +325,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             panels.append((f"{mode}: {report['completed']}/2 completed", tl, jobs))
     finally:
         cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)  # data, claim and cluster state of this run
+        if args.keep_workdir:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)  # data, claim and cluster state of this run
     Path(args.svg).write_text(render_svg(panels, args.slots))
     log(f"picture: {args.svg}")
     if args.json:

@@ -455,3 +455,26 @@ def test_unreadable_logs_are_never_a_stall(fake, client, spec, tmp_path):
 def test_stall_timeout_is_validated(spec, bad):
     with pytest.raises(BadInput, match="stall_timeout_s"):
         TrainJobSpec(**{**spec.__dict__, "stall_timeout_s": bad})
+
+
+def test_bad_input_exit_fails_in_one_line_naming_the_path_without_restarts(fake, client, spec):
+    """A role that exits 2 (its mount unreachable) makes Volcano terminate the Job (the exitCode
+    policy); the step fails with the role's own error line, no traceback, no restart."""
+    line = ("ctr-t-pserver-0: error: output directory /w/ctr-data/runs/j (CTR_OUTPUT_DIR) is "
+            "unreachable: /w (mode 0700, owner 0:0) does not let uid 1000 traverse")
+
+    def pserver_bad_input(f):
+        f.log(NS, f"{JOB}-pserver-0", "pserver-0: starting", line)
+        f.finish_pod(NS, f"{JOB}-pserver-0", 2)
+        f.set_phase(NS, JOB, "Terminating", running=2, failed=1)
+
+    fake.script = [noop, lambda f: running(f, 0), pserver_bad_input,
+                   lambda f: f.set_phase(NS, JOB, "Terminated", failed=1)]
+    logs = []
+    with pytest.raises(TrainingJobFailed) as exc:
+        launcher(client, spec, logs).run()
+    err = exc.value
+    assert (err.phase, err.role, err.exit_code) == ("Terminated", "pserver", 2)
+    assert str(err).splitlines() == [f"training job 'ctr-t' Terminated: pod ctr-t-pserver-0 exited 2: {line} "
+                                     "(role pserver, exit code 2)"]
+    assert err.details["retry_count"] == 0 and line in err.details["failed_pods"][0]["log_tail"]

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ctr_model.contract import EXIT_BAD_INPUT
 from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
 from ctr_volcano.training.api import TrainResult
 from ctr_volcano.training.volcano.client import JobExists
@@ -495,15 +496,27 @@ class VolcanoLauncher:
         self._capture_failures(pods, int(status.get("retryCount") or 0))
         state = status.get("state") or {}
         records = list(self.failures.values())
-        first = next((r for r in records if r.role == "trainer"), records[0] if records else None)
+        first = next((r for r in records if r.exit_code == EXIT_BAD_INPUT), None) \
+            or next((r for r in records if r.role == "trainer"), records[0] if records else None)
         reason = " ".join(x for x in (state.get("reason"), state.get("message")) if x) or f"job {phase}"
-        if first:
+        tail = first.log_tail if first else ""
+        if first and first.exit_code == EXIT_BAD_INPUT:
+            # one line: the role's own error line; the tail stays in details (restarts cannot help)
+            reason = f"pod {first.pod} exited {EXIT_BAD_INPUT}: {_error_line(first.log_tail)}"
+            tail = ""
+        elif first:
             reason += f"; pod {first.pod} {first.reason}"
         details = {"retry_count": status.get("retryCount", 0), "failed_pods": [r.as_dict() for r in records],
                    "state": state}
         return TrainingJobFailed(self.name, phase, reason, role=first.role if first else None,
-                                 exit_code=first.exit_code if first else None,
-                                 log_tail=first.log_tail if first else "", details=details)
+                                 exit_code=first.exit_code if first else None, log_tail=tail, details=details)
+
+
+def _error_line(log_tail: str) -> str:
+    """The last ``error:`` line of a role's log (its one-line reason), else its last line."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    return (errors or lines or ["(no log)"])[-1]
 
 
 def _indent(text: str) -> str:
