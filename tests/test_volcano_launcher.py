@@ -260,6 +260,10 @@ def test_failure_keeps_failed_pods_reason_exit_code_and_log_tail(fake, client, s
     # the pods were gone when the job failed: the tails come from the moment the launcher saw them
     assert fake.pods == {}
     assert any("attempt 2/2" in line for line in logs)
+    # the restart is explained in the step's log: the pod, its exit code, its last log lines
+    said = [line for line in logs if "attempt 1 restarted:" in line]
+    assert len(said) == 1 and "pod ctr-t-trainer-1 (trainer) Error, exit code 3" in said[0], said
+    assert "ValueError: boom on attempt 1" in said[0]
     assert fake.count("delete", "jobs") == 0  # kept for inspection; ttlSecondsAfterFinished cleans up
 
 
