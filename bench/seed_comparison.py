@@ -21,7 +21,11 @@ it is gone or finished. Reported per mode:
 
 Usage: ``python bench/seed_comparison.py [--slots 6] [--rows 40000] [--deadline 420]``. Needs Go
 (the cluster binaries) and root (process nodes use network namespaces). Last line:
-``RESULT native_completed=N volcano_completed=N native_stalled_slot_s=X volcano_makespan_s=Y``.
+``RESULT native_completed=N volcano_completed=N native_stalled_slot_s=X volcano_makespan_s=Y
+native_makespan_s=Z makespan_ratio=Y/Z volcano_restarts=R unexplained_restarts=U``: every gang
+restart is explained by the failed or evicted pod seen during that attempt (its exit code or
+eviction reason and last log lines, logged as seen) and Volcano's event on the Job; a restart
+without one is counted unexplained (:func:`ctr_volcano.training.volcano.diagnosis.explain_restarts`).
 """
 from __future__ import annotations
 
@@ -178,13 +182,100 @@ def _volcano_done(co, namespace: str, job: str) -> bool:
     return ((obj.get("status") or {}).get("state") or {}).get("phase") == "Completed"
 
 
+class FailureRecorder:
+    """Every failed or evicted pod of the Volcano jobs, kept the moment it is seen (a gang restart
+    deletes the pods and their logs), with its log tail: the causes of the restarts."""
+
+    def __init__(self, core, namespace: str, jobs: List[str]):
+        import threading
+
+        self.core, self.namespace, self.jobs = core, namespace, jobs
+        self.failures: Dict[str, list] = {j: [] for j in jobs}
+        self._seen: set = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="failure-recorder")
+
+    def __enter__(self) -> "FailureRecorder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=40)
+
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        while not self._stop.is_set():
+            try:
+                for ev in watch.Watch().stream(self.core.list_namespaced_pod, self.namespace,
+                                               timeout_seconds=5):
+                    self.observe(self.core.api_client.sanitize_for_serialization(ev["object"]))
+            except Exception as exc:  # a diagnostic must never stop the bench
+                log(f"failure recorder: {exc}")
+                self._stop.wait(0.5)
+
+    def observe(self, pod: dict) -> None:
+        from ctr_volcano.training.volcano.diagnosis import failure_of, is_failure
+
+        meta = pod.get("metadata") or {}
+        job = (meta.get("labels") or {}).get("volcano.sh/job-name")
+        uid = meta.get("uid")
+        if job not in self.failures or uid in self._seen or not is_failure(pod):
+            return
+        self._seen.add(uid)
+        try:
+            tail = self.core.read_namespaced_pod_log(meta["name"], self.namespace, tail_lines=20)
+        except Exception as exc:
+            tail = f"(log unreadable: {exc})"
+        record = failure_of(job, pod, 0, tail or "")
+        self.failures[job].append(record)
+        lines = "\n    ".join((tail or "").splitlines()[-8:])
+        log(f"volcano: {record.pod} failed: {record.reason}, exit code {record.exit_code}, "
+            f"attempt {record.retry + 1}; last lines:\n    {lines}")
+
+    def restarts(self, co, job: str) -> list:
+        """The job's restart causes (read before the job is deleted)."""
+        from ctr_volcano.training.volcano.diagnosis import explain_restarts
+
+        obj = co.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", self.namespace, "jobs", job)
+        retry = int((obj.get("status") or {}).get("retryCount") or 0)
+        selector = f"involvedObject.name={job}"
+        events = [self.core.api_client.sanitize_for_serialization(e)
+                  for e in self.core.list_namespaced_event(self.namespace, field_selector=selector).items]
+        return explain_restarts(retry, self.failures[job], events)
+
+
+def _sample(tl: Timeline, mode: str, jobs: List[str], namespace: str, core, batch, apps, co,
+            deadline: float, args) -> None:
+    """Sample the slots until both jobs complete or the deadline passes; native pservers are
+    deleted when their job completes (they serve on until someone does)."""
+    from bench.native import pserver_set_name
+
+    while time.monotonic() < deadline and len(tl.completed) < len(jobs):
+        now = time.monotonic()
+        tl.add(now, _held(core, namespace))
+        for j in jobs:
+            if j in tl.completed:
+                continue
+            done = _native_done(batch, namespace, j) if mode == "native" else _volcano_done(co, namespace, j)
+            if done:
+                tl.completed[j] = now - tl.t0
+                log(f"{mode}: {j} completed after {tl.completed[j]:.0f}s")
+                if mode == "native":  # the pservers serve on until someone deletes them
+                    for i in range(args.pservers):
+                        apps.delete_namespaced_replica_set(pserver_set_name(j, i), namespace,
+                                                           propagation_policy="Foreground")
+        time.sleep(args.sample)
+
+
 def run_mode(cluster, mode: str, namespace: str, claim: Path, prep: str, pool: Dict[str, str],
              args) -> Tuple[Timeline, List[str], Dict[str, object]]:
     """Submit two jobs together in ``mode`` (native|volcano), sample until both complete or the
     deadline passes, clean up, and report."""
     from kubernetes import client, utils
 
-    from bench.native import build_native, pserver_set_name
+    from bench.native import build_native
     from ctr_volcano.training.local.gang import processes_with_env
     from ctr_volcano.training.volcano.manifest import build_job
 
@@ -219,21 +310,13 @@ def run_mode(cluster, mode: str, namespace: str, claim: Path, prep: str, pool: D
     log(f"{mode}: submitted {jobs} ({args.pservers} pservers + {args.trainers} trainers each) "
         f"onto {args.slots} slots{order}")
     deadline = tl.t0 + args.deadline
-    while time.monotonic() < deadline and len(tl.completed) < len(jobs):
-        now = time.monotonic()
-        tl.add(now, _held(core, namespace))
-        for j in jobs:
-            if j in tl.completed:
-                continue
-            done = _native_done(batch, namespace, j) if mode == "native" else _volcano_done(co, namespace, j)
-            if done:
-                tl.completed[j] = now - tl.t0
-                log(f"{mode}: {j} completed after {tl.completed[j]:.0f}s")
-                if mode == "native":  # the pservers serve on until someone deletes them
-                    for i in range(args.pservers):
-                        apps.delete_namespaced_replica_set(pserver_set_name(j, i), namespace,
-                                                           propagation_policy="Foreground")
-        time.sleep(args.sample)
+    recorder = FailureRecorder(core, namespace, jobs)
+    with recorder:
+        _sample(tl, mode, jobs, namespace, core, batch, apps, co, deadline, args)
+        causes = {j: recorder.restarts(co, j) for j in jobs} if mode == "volcano" else {}
+    for j, found in causes.items():
+        for cause in found:
+            log(f"volcano: {j}: {cause.describe()}")
     tl.add(time.monotonic(), _held(core, namespace))
     # clean-up as a user would: delete every object of both jobs, then look for leftovers
     for j in jobs:
@@ -271,6 +354,10 @@ def run_mode(cluster, mode: str, namespace: str, claim: Path, prep: str, pool: D
         "longest_partial_s": {j: round(tl.partial_for(j), 1) for j in jobs},
         "pods_left": len(left_pods), "processes_left": len(left_procs),
     }
+    if mode == "volcano":
+        report["restarts"] = {j: [c.describe() for c in found] for j, found in causes.items()}
+        report["volcano_restarts"] = sum(len(found) for found in causes.values())
+        report["unexplained_restarts"] = sum(not c.explained for found in causes.values() for c in found)
     log(f"{mode}: {json.dumps(report, sort_keys=True)}")
     return tl, jobs, report
 
@@ -291,6 +378,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "pserver ReplicaSets first (until placed), then both trainer Jobs")
     ap.add_argument("--svg", default=str(REPO / "docs" / "seed-comparison.svg"))
     ap.add_argument("--json", default=None, help="also write the full report here")
+    ap.add_argument("--keep-workdir", action="store_true",
+                    help="keep the cluster's logs, the pods' logs and the claim (printed at the end)")
     args = ap.parse_args(argv)
     if args.slots % args.nodes:
         ap.error("--slots must be a multiple of --nodes")
@@ -323,15 +412,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             panels.append((f"{mode}: {report['completed']}/2 completed", tl, jobs))
     finally:
         cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)  # data, claim and cluster state of this run
+        if args.keep_workdir:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)  # data, claim and cluster state of this run
     Path(args.svg).write_text(render_svg(panels, args.slots))
     log(f"picture: {args.svg}")
     if args.json:
         Path(args.json).write_text(json.dumps(reports, indent=2, sort_keys=True))
     native, volcano = reports.get("native", {}), reports.get("volcano", {})
     print(json.dumps(reports, sort_keys=True))
+    ratio = (round(volcano["makespan_s"] / native["makespan_s"], 2)  # type: ignore[operator]
+             if volcano.get("makespan_s") and native.get("makespan_s") else None)
     print(f"RESULT native_completed={native.get('completed')} volcano_completed={volcano.get('completed')} "
-          f"native_stalled_slot_s={native.get('stalled_slot_s')} volcano_makespan_s={volcano.get('makespan_s')}")
+          f"native_stalled_slot_s={native.get('stalled_slot_s')} volcano_makespan_s={volcano.get('makespan_s')} "
+          f"native_makespan_s={native.get('makespan_s')} makespan_ratio={ratio} "
+          f"volcano_restarts={volcano.get('volcano_restarts')} "
+          f"unexplained_restarts={volcano.get('unexplained_restarts')}")
     return 0
 
 

@@ -720,6 +720,18 @@ def _write_metrics(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, start
 
 # ------------------------------------------------------------------------------------------------
 
+def _check_reachable(output_dir: str) -> None:
+    """Fail at once, naming the directory, when this role's user cannot reach the shared output
+    directory (a mount under a directory it cannot traverse): a restart cannot fix that."""
+    from ctr_model.reach import blocker_of_process
+
+    blocker = blocker_of_process(output_dir)
+    if blocker is not None:
+        raise PermissionError(f"output directory {output_dir} (CTR_OUTPUT_DIR) is unreachable: "
+                              f"{blocker.describe(os.getuid())}; mount the shared volume where this "
+                              f"user can reach it, or fix that directory's permissions")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     setup_logging()
     supervised = supervise_if_pid1("ctr_model.train", sys.argv[1:] if argv is None else argv)
@@ -752,6 +764,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             scratch = tempfile.mkdtemp(prefix=f"{spec.job_id}-{spec.name}-", dir=base)
             os.chdir(scratch)
         ws = wsp.open_workspace(spec.output_dir)
+        if not s3.is_uri(spec.output_dir):
+            _check_reachable(spec.output_dir)
     except (s3.StoreError, OSError) as exc:
         log.error(f"{spec.name}: error: {exc}")
         return EXIT_BAD_INPUT

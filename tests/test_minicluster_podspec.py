@@ -219,3 +219,25 @@ def test_a_local_install_is_keyed_on_its_sources(tmp_path):
     assert image_env._venv_key(df, tmp_path) != before
     trainer = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
     assert not trainer.local_installs
+
+
+def test_hosts_peers_survive_a_slice_without_endpoints():
+    """A gang still waiting for slots has a headless Service whose slice has ``endpoints: null``;
+    the running gang's peers must still be read (it used to fail every refresh of the namespace,
+    so the first gang's trainers never resolved their pservers and hung until their DNS wait ran out)."""
+    slices = [  # as the API server returns them (JSON), recorded from the seed comparison
+        {"metadata": {"name": "vol-b-x1", "labels": {"kubernetes.io/service-name": "vol-b"}},
+         "addressType": "IPv4", "endpoints": None},
+        {"metadata": {"name": "vol-a-x2", "labels": {"kubernetes.io/service-name": "vol-a"}},
+         "addressType": "IPv4", "endpoints": [
+             {"addresses": ["10.88.0.14"], "hostname": "vol-a-pserver-0", "conditions": {"ready": True},
+              "targetRef": {"kind": "Pod", "name": "vol-a-pserver-0"}},
+             {"addresses": ["10.88.0.15"], "conditions": {"ready": True},
+              "targetRef": {"kind": "Pod", "name": "other"}},        # no hostname: not a gang member
+         ]},
+        {"metadata": {"name": "s3-x", "labels": {"kubernetes.io/service-name": "s3"}},
+         "endpoints": [{"addresses": ["10.88.0.1"]}]},
+    ]
+    assert podspec.hosts_peers(slices) == [("10.88.0.14", "vol-a-pserver-0", "vol-a"), ("10.88.0.1", "", "s3")]
+    text = podspec.hosts_file("10.88.0.16", "vol-a-trainer-0", "vol-a", "seed", podspec.hosts_peers(slices))
+    assert "10.88.0.14\tvol-a-pserver-0.vol-a.seed.svc.cluster.local\tvol-a-pserver-0.vol-a" in text.splitlines()

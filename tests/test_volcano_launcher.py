@@ -260,6 +260,10 @@ def test_failure_keeps_failed_pods_reason_exit_code_and_log_tail(fake, client, s
     # the pods were gone when the job failed: the tails come from the moment the launcher saw them
     assert fake.pods == {}
     assert any("attempt 2/2" in line for line in logs)
+    # the restart is explained in the step's log: the pod, its exit code, its last log lines
+    said = [line for line in logs if "attempt 1 restarted:" in line]
+    assert len(said) == 1 and "pod ctr-t-trainer-1 (trainer) Error, exit code 3" in said[0], said
+    assert "ValueError: boom on attempt 1" in said[0]
     assert fake.count("delete", "jobs") == 0  # kept for inspection; ttlSecondsAfterFinished cleans up
 
 
@@ -455,3 +459,26 @@ def test_unreadable_logs_are_never_a_stall(fake, client, spec, tmp_path):
 def test_stall_timeout_is_validated(spec, bad):
     with pytest.raises(BadInput, match="stall_timeout_s"):
         TrainJobSpec(**{**spec.__dict__, "stall_timeout_s": bad})
+
+
+def test_bad_input_exit_fails_in_one_line_naming_the_path_without_restarts(fake, client, spec):
+    """A role that exits 2 (its mount unreachable) makes Volcano terminate the Job (the exitCode
+    policy); the step fails with the role's own error line, no traceback, no restart."""
+    line = ("ctr-t-pserver-0: error: output directory /w/ctr-data/runs/j (CTR_OUTPUT_DIR) is "
+            "unreachable: /w (mode 0700, owner 0:0) does not let uid 1000 traverse")
+
+    def pserver_bad_input(f):
+        f.log(NS, f"{JOB}-pserver-0", "pserver-0: starting", line)
+        f.finish_pod(NS, f"{JOB}-pserver-0", 2)
+        f.set_phase(NS, JOB, "Terminating", running=2, failed=1)
+
+    fake.script = [noop, lambda f: running(f, 0), pserver_bad_input,
+                   lambda f: f.set_phase(NS, JOB, "Terminated", failed=1)]
+    logs = []
+    with pytest.raises(TrainingJobFailed) as exc:
+        launcher(client, spec, logs).run()
+    err = exc.value
+    assert (err.phase, err.role, err.exit_code) == ("Terminated", "pserver", 2)
+    assert str(err).splitlines() == [f"training job 'ctr-t' Terminated: pod ctr-t-pserver-0 exited 2: {line} "
+                                     "(role pserver, exit code 2)"]
+    assert err.details["retry_count"] == 0 and line in err.details["failed_pods"][0]["log_tail"]

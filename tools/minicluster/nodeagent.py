@@ -667,13 +667,9 @@ class Agent:
     def _refresh_hosts(self) -> None:
         namespaces = {r.namespace for r in self.pods.values() if not r.terminating}
         for ns in namespaces:
-            peers: List[Tuple[str, str, str]] = []
-            for es in self.disc.list_namespaced_endpoint_slice(ns).items:
-                svc = (es.metadata.labels or {}).get("kubernetes.io/service-name")
-                for ep in es.endpoints or []:
-                    if svc and ep.addresses and (ep.hostname or not ep.target_ref):
-                        # a pod's own name; or a Service's name for an endpoint that is no pod's
-                        peers.append((ep.addresses[0], ep.hostname or "", svc))
+            # raw JSON: the client's model refuses a slice without endpoints (podspec.hosts_peers)
+            raw = self.disc.list_namespaced_endpoint_slice(ns, _preload_content=False)
+            peers = podspec.hosts_peers(json.loads(raw.data).get("items") or [])
             for run in list(self.pods.values()):
                 if run.namespace == ns and not run.terminating and not run.finished:
                     self._write_hosts(run, peers)

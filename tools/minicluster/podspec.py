@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["NotReady", "PodSpecError", "Lookups", "Mount", "LaunchPlan", "ImageDefaults", "PodPlan",
-           "render_pod", "render_volumes", "expand_vars", "hosts_file", "pod_hostname"]
+           "render_pod", "render_volumes", "expand_vars", "hosts_file", "hosts_peers", "pod_hostname"]
 
 
 class NotReady(Exception):
@@ -375,6 +375,27 @@ def render_pod(pod: Mapping[str, Any], *, images: Callable[[str], ImageDefaults]
                                 service_env) for c in spec.get(key) or [])
 
     return PodPlan(init=plans("initContainers"), containers=plans("containers"))
+
+
+def hosts_peers(slices: List[Mapping[str, Any]]) -> List[Tuple[str, str, str]]:
+    """``(ip, hostname, service)`` of every endpoint of the raw EndpointSlice dicts of a namespace.
+
+    Raw dicts, not the client's models, on purpose: a Service with no pod yet (the headless Service
+    of a gang still waiting for its slots) has a slice with ``endpoints: null``, which the
+    ``kubernetes`` client's model refuses with a ``ValueError``; reading the list through it failed
+    every host refresh of the namespace for as long as any gang there waited, so the running gang's
+    trainers never resolved their pservers and hung until their DNS wait ran out (the seed
+    comparison's restart of its first Volcano gang).
+    """
+    peers: List[Tuple[str, str, str]] = []
+    for es in slices:
+        svc = ((es.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
+        for ep in es.get("endpoints") or []:
+            addresses = ep.get("addresses") or []
+            if svc and addresses and (ep.get("hostname") or not ep.get("targetRef")):
+                # a pod's own name; or a Service's name for an endpoint that is no pod's
+                peers.append((addresses[0], ep.get("hostname") or "", svc))
+    return peers
 
 
 def hosts_file(pod_ip: str, hostname: str, subdomain: str, namespace: str,

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
+from ctr_model.reach import first_blocker
 from ctr_volcano.app.catalogue import SOURCE_ROOT
 from ctr_volcano.errors import BadInput
 from ctr_volcano.training.params import DEFAULT_PVC_NAME
+from ctr_volcano.training.volcano.spec import DEFAULT_UID
 
 __all__ = ["register", "load_minicluster", "MINICLUSTER_PY"]
 
@@ -74,6 +78,22 @@ def _create_claim(mc: Any, cluster: Any, host_dir: Path) -> None:
         time.sleep(0.3)
 
 
+def check_workdir_reachable(workdir: Optional[Path], uid: int = DEFAULT_UID,
+                            stat: Callable[[str], os.stat_result] = os.stat) -> None:
+    """Refuse a workdir the gang's pods cannot reach, before anything is built or started.
+
+    The claim's host directory is ``<workdir>/ctr-data`` and the pods (non-root ``uid``) see it at
+    that very path, so every directory above the workdir must let ``uid`` through; the workdir
+    itself is made traversable by ``up``. ``None``: the default, a new directory in the temp dir.
+    """
+    parent = (workdir.parent if workdir is not None else Path(tempfile.gettempdir())).resolve()
+    blocker = first_blocker(str(parent), uid, (uid,), write=False, stat=stat)
+    if blocker is not None:
+        raise BadInput("--workdir", str(workdir if workdir is not None else parent),
+                       f"the gang's pods cannot reach the claim there: {blocker.describe(uid)}; "
+                       f"choose a workdir under a directory every user can traverse (e.g. /var/tmp)")
+
+
 def _up(args: argparse.Namespace) -> int:
     if args.nodes is None:
         args.nodes = 0 if args.process_nodes else 3
@@ -81,12 +101,14 @@ def _up(args: argparse.Namespace) -> int:
         raise BadInput("--nodes", args.nodes, "use 0 or more nodes")
     if args.process_nodes < 0:
         raise BadInput("--process-nodes", args.process_nodes, "use 0 or more nodes")
+    workdir = Path(args.workdir).resolve() if args.workdir else None
+    if args.process_nodes:
+        check_workdir_reachable(workdir)
     mc = load_minicluster()
     try:
         bin_dir = mc.build_binaries()
     except mc.ClusterError as exc:
         raise BadInput("go build", "tools/minicluster/build.sh", str(exc)) from None
-    workdir = Path(args.workdir).resolve() if args.workdir else None
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     cluster = mc.MiniCluster(bin_dir, workdir, keep_workdir=True,

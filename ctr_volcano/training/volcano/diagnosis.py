@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["PodFailure", "podgroup_summary", "recent_events", "pod_problems", "terminated",
-           "killed_by_volcano", "role_of", "failure_of"]
+__all__ = ["PodFailure", "RestartCause", "podgroup_summary", "recent_events", "pod_problems", "terminated",
+           "killed_by_volcano", "evicted", "is_failure", "role_of", "failure_of", "explain_restarts"]
+
+#: Volcano's annotation on each pod: the Job's retry count when the pod was created.
+RETRY_ANNOTATION = "volcano.sh/job-retry-count"
 
 _WAITING_PROBLEMS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                      "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
@@ -108,6 +111,29 @@ def killed_by_volcano(pod: Mapping[str, Any], term: Optional[Mapping[str, Any]])
     return deleting and (term is None or term.get("exitCode") in (137, 143))
 
 
+def evicted(pod: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """``(reason, message)`` when the pod was evicted (status reason ``Evicted``, or a true
+    ``DisruptionTarget`` condition: node lost, preempted, drained), else ``None``."""
+    status = pod.get("status") or {}
+    if status.get("reason") == "Evicted":
+        return "Evicted", str(status.get("message") or "")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and str(cond.get("status")) == "True":
+            return str(cond.get("reason") or "DisruptionTarget"), str(cond.get("message") or "")
+    return None
+
+
+def is_failure(pod: Mapping[str, Any]) -> bool:
+    """A cause of a gang restart: failed, exited non-zero or evicted, and not one of the healthy
+    members Volcano itself killed."""
+    if evicted(pod):
+        return True
+    term = terminated(pod)
+    failed = (pod.get("status") or {}).get("phase") == "Failed" \
+        or (term is not None and term.get("exitCode") not in (0, None))
+    return failed and not killed_by_volcano(pod, term)
+
+
 def role_of(job: str, pod: Mapping[str, Any]) -> str:
     """The pod's task (``pserver``/``trainer``): Volcano's task-spec label, else from its name."""
     meta = pod.get("metadata") or {}
@@ -124,9 +150,79 @@ def failure_of(job: str, pod: Mapping[str, Any], retry: int, log_tail: str) -> P
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     term = terminated(pod) or {}
+    eviction = evicted(pod)
     return PodFailure(
         pod=str(meta.get("name", "")), role=role_of(job, pod), uid=str(meta.get("uid") or meta.get("name")),
-        reason=term.get("reason") or status.get("reason") or "Failed",
+        reason=eviction[0] if eviction else term.get("reason") or status.get("reason") or "Failed",
         exit_code=term.get("exitCode"),
-        message=term.get("message") or status.get("message") or "",
-        log_tail=log_tail, retry=retry)
+        message=(eviction[1] if eviction else "") or term.get("message") or status.get("message") or "",
+        log_tail=log_tail, retry=_pod_retry(pod, retry))
+
+
+def _pod_retry(pod: Mapping[str, Any], seen: int) -> int:
+    """The attempt a pod belongs to: Volcano stamps the Job's retry count on every pod it creates
+    (``volcano.sh/job-retry-count``), which beats the count seen when the failure was noticed (a
+    restart may already have bumped it)."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RETRY_ANNOTATION)
+    try:
+        return int(value) if value is not None else seen
+    except ValueError:
+        return seen
+
+
+@dataclass(frozen=True)
+class RestartCause:
+    """Why Volcano restarted the gang's attempt ``attempt`` (1-based).
+
+    Attributes:
+        attempt: the attempt that was restarted.
+        failure: the pod failure seen during that attempt (the first one), if any.
+        event: Volcano's ``ExecuteAction`` event for the restart ("" if none was read).
+    """
+
+    attempt: int
+    failure: Optional[PodFailure]
+    event: str
+
+    @property
+    def explained(self) -> bool:
+        """A restart is explained when a pod of that attempt failed or was evicted."""
+        return self.failure is not None
+
+    def describe(self) -> str:
+        """One line: the pod, its exit code or eviction reason, and Volcano's event."""
+        f = self.failure
+        what = (f"pod {f.pod} ({f.role}) {f.reason}"
+                + (f", exit code {f.exit_code}" if f.exit_code is not None else "")
+                + (f": {f.message}" if f.message else "")) if f else "no failed or evicted pod was seen"
+        return f"attempt {self.attempt} restarted: {what}" + (f"; Volcano: {self.event}" if self.event else "")
+
+
+def _restart_events(events: Sequence[Mapping[str, Any]]) -> List[str]:
+    """Volcano's restart decisions on the Job, oldest first (``ExecuteAction`` ... ``RestartJob``)."""
+    ordered = sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    out: List[str] = []
+    for ev in ordered:
+        msg = str(ev.get("message") or "").strip()
+        if ev.get("reason") == "ExecuteAction" and "Restart" in msg:
+            out.extend([msg] * max(1, int(ev.get("count") or 1)))
+    return out
+
+
+def explain_restarts(retry_count: int, failures: Sequence[PodFailure],
+                     events: Sequence[Mapping[str, Any]]) -> List[RestartCause]:
+    """One :class:`RestartCause` per restart of a Job whose ``status.retryCount`` is ``retry_count``.
+
+    Why the retry count is the key: Volcano bumps it on each restart, and every failure was recorded
+    with the count seen at the time, so failures with ``retry == r`` are what ended attempt ``r + 1``
+    (a real exit code or an eviction is preferred over a kill by signal, often a consequence). The
+    events give Volcano's side ("Start to execute action RestartJob"), in order.
+    """
+    decisions = _restart_events(events)
+    causes = []
+    for r in range(retry_count):
+        mine = [f for f in failures if f.retry == r]
+        first = next((f for f in mine if f.exit_code not in (137, 143)), mine[0] if mine else None)
+        causes.append(RestartCause(attempt=r + 1, failure=first,
+                                   event=decisions[r] if r < len(decisions) else ""))
+    return causes

@@ -33,18 +33,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ctr_model.contract import EXIT_BAD_INPUT
 from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
 from ctr_volcano.training.api import TrainResult
 from ctr_volcano.training.volcano.client import JobExists
 from ctr_volcano.training.volcano.diagnosis import (
     PodFailure,
+    RestartCause,
+    explain_restarts,
     failure_of,
-    killed_by_volcano,
+    is_failure,
     pod_problems,
     podgroup_summary,
     recent_events,
     role_of,
-    terminated,
 )
 from ctr_volcano.training.volcano.manifest import ANNOTATION_RUN, build_job, check_job
 from ctr_volcano.training.volcano.podlogs import LogFollower
@@ -125,6 +127,8 @@ class VolcanoLauncher:
         self.uid: Optional[str] = None
         self.identity: Optional[Dict[str, Any]] = None
         self.failures: Dict[str, PodFailure] = {}
+        #: one cause per gang restart seen so far, in order (see :meth:`_explain_restarts`)
+        self.restarts: List[RestartCause] = []
         self._failures_lock = threading.Lock()
         self._watched_phase = ""
         self._watched_retry = 0
@@ -251,6 +255,7 @@ class VolcanoLauncher:
                 self.log(f"[volcano] job {self.name}: {phase}, attempt {retry + 1}/"
                          f"{self.spec.volcano_max_retry}, running {status.get('running', 0)}, "
                          f"succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}{extra}")
+                self._explain_restarts(retry)
                 st.phase, st.retry = phase, retry
                 self._watched_phase, self._watched_retry = phase, retry
             pods = self._api(self.client.list_pods, self.namespace, f"volcano.sh/job-name={self.name}")
@@ -440,10 +445,7 @@ class VolcanoLauncher:
             uid = meta.get("uid") or meta.get("name")
             if uid in self.failures:
                 continue
-            status = pod.get("status") or {}
-            term = terminated(pod)
-            failed = status.get("phase") == "Failed" or (term is not None and term.get("exitCode") not in (0, None))
-            if not failed or killed_by_volcano(pod, term):
+            if not is_failure(pod):
                 continue
             name = meta.get("name", "")
             tail = self._read_log(name, tail_lines=self.tail_lines) if name else None
@@ -451,6 +453,23 @@ class VolcanoLauncher:
             self.failures[str(uid)] = record
             self.log(f"[volcano] pod {name} ({record.role}) failed: {record.reason}, exit code {record.exit_code}"
                      + (f"; last log lines:\n{_indent(record.log_tail)}" if record.log_tail else ""))
+
+    def _explain_restarts(self, retry: int) -> None:
+        """Log the cause of every restart not explained yet: the failed or evicted pod (its exit
+        code or eviction reason, its last log lines) and Volcano's event; kept in ``restarts``."""
+        if retry <= len(self.restarts):
+            return
+        try:
+            events = self._api(self.client.list_events, self.namespace, f"involvedObject.name={self.name}")
+        except TransientError:
+            events = []
+        with self._failures_lock:
+            failures = list(self.failures.values())
+        for cause in explain_restarts(retry, failures, events)[len(self.restarts):]:
+            self.restarts.append(cause)
+            tail = cause.failure.log_tail if cause.failure else ""
+            self.log(f"[volcano] job {self.name}: {cause.describe()}"
+                     + (f"; last log lines:\n{_indent(tail)}" if tail else ""))
 
     def _heartbeats(self, pods: List[Mapping[str, Any]], now: float) -> List[Silent]:
         """Feed the newest log line of every Running trainer to the watchdog; return the silent ones."""
@@ -495,15 +514,27 @@ class VolcanoLauncher:
         self._capture_failures(pods, int(status.get("retryCount") or 0))
         state = status.get("state") or {}
         records = list(self.failures.values())
-        first = next((r for r in records if r.role == "trainer"), records[0] if records else None)
+        first = next((r for r in records if r.exit_code == EXIT_BAD_INPUT), None) \
+            or next((r for r in records if r.role == "trainer"), records[0] if records else None)
         reason = " ".join(x for x in (state.get("reason"), state.get("message")) if x) or f"job {phase}"
-        if first:
+        tail = first.log_tail if first else ""
+        if first and first.exit_code == EXIT_BAD_INPUT:
+            # one line: the role's own error line; the tail stays in details (restarts cannot help)
+            reason = f"pod {first.pod} exited {EXIT_BAD_INPUT}: {_error_line(first.log_tail)}"
+            tail = ""
+        elif first:
             reason += f"; pod {first.pod} {first.reason}"
         details = {"retry_count": status.get("retryCount", 0), "failed_pods": [r.as_dict() for r in records],
                    "state": state}
         return TrainingJobFailed(self.name, phase, reason, role=first.role if first else None,
-                                 exit_code=first.exit_code if first else None,
-                                 log_tail=first.log_tail if first else "", details=details)
+                                 exit_code=first.exit_code if first else None, log_tail=tail, details=details)
+
+
+def _error_line(log_tail: str) -> str:
+    """The last ``error:`` line of a role's log (its one-line reason), else its last line."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    return (errors or lines or ["(no log)"])[-1]
 
 
 def _indent(text: str) -> str:

@@ -8,7 +8,9 @@ checks client-side.
 
 Why these policies: pservers never exit, so the Job only completes because the trainer task has
 ``TaskCompleted -> CompleteJob``; ``PodFailed``/``PodEvicted -> RestartJob`` restart the whole gang
-(a parameter-server job cannot continue with a missing member), bounded by ``maxRetry``. Pods use
+(a parameter-server job cannot continue with a missing member), bounded by ``maxRetry``; but a role
+that exits with ``EXIT_BAD_INPUT`` (2: its configuration, data or mounts are wrong) terminates the
+Job at once, since restarting it cannot help. Pods use
 ``restartPolicy: Never`` so a crash makes the pod Failed and the policy fires (with ``OnFailure`` the
 kubelet restarts the container in place and ``PodFailed`` never happens).
 
@@ -26,7 +28,7 @@ import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ctr_model.contract import PSERVER, TRAINER, GangContract, role_env
+from ctr_model.contract import EXIT_BAD_INPUT, PSERVER, TRAINER, GangContract, role_env
 from ctr_volcano.errors import BadInput
 from ctr_volcano.training.store_access import SCRATCH_MOUNT
 from ctr_volcano.training.volcano.api_types import JOBS
@@ -221,6 +223,8 @@ def build_job(spec: TrainJobSpec) -> Dict[str, Any]:
         "maxRetry": retries,
         "plugins": {"svc": svc_args, "env": []},
         "policies": [
+            # first: Volcano takes the first matching policy, and bad input never heals on a restart
+            {"exitCode": EXIT_BAD_INPUT, "action": "TerminateJob"},
             {"event": "PodEvicted", "action": "RestartJob"},
             {"event": "PodFailed", "action": "RestartJob"},
         ],
