@@ -565,7 +565,9 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
                               for name in dense_param_names(config)}
     np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
     from ctr_model.infer import write_sparse_npz
-    keys = write_sparse_npz(model_dir, config.embedding_dim, table_dir=last.path)
+    from ctr_model.models import family
+    width = family(config.model).table_width(config.embedding_dim)
+    keys = write_sparse_npz(model_dir, width, table_dir=last.path)
     export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
     _log(spec, f"exported {model_dir} ({keys} sparse keys, from {os.path.basename(last.path)})")
     meta = _model_meta(spec, config)
