@@ -34,6 +34,10 @@ def register(subparsers) -> None:
                    help="multiply every categorical column's vocabulary size by K (1-1000; default "
                         "1: at most 3,000 values per column), so the distinct ids seen keep growing "
                         "with --rows, as on real Criteo")
+    g.add_argument("--interactions", type=int, default=0, metavar="K",
+                   help="plant K pairwise interactions between categorical columns (0-100; default "
+                        "0: the linear model, today's bytes), so models that learn interactions "
+                        "have something to find; the oracle includes them")
     g.add_argument("--days", type=int, default=None, metavar="N",
                    help="write N daily partitions OUT/day=YYYY-MM-DD/ of --rows lines each, from a "
                         "planted model that drifts from day to day (per-day oracle.json)")
@@ -76,6 +80,11 @@ def _gen_data(args: argparse.Namespace) -> int:
 
     if args.days is not None:
         from ctr_volcano.data.daily import generate_days
+        from ctr_volcano.errors import BadInput
+
+        if args.interactions:
+            raise BadInput("interactions", args.interactions,
+                           "leave it at 0 with --days (the drifting daily model is linear)")
 
         for day in generate_days(args.out, days=args.days, rows=args.rows, drift=args.drift,
                                  seed=args.seed, start_date=args.start_date, files=args.files,
@@ -87,7 +96,7 @@ def _gen_data(args: argparse.Namespace) -> int:
 
     oracle = generate(args.out, rows=args.rows, seed=args.seed, files=args.files,
                       gzip_level=args.gzip, oracle_rows=args.oracle_rows,
-                      vocab_scale=args.vocab_scale)
+                      vocab_scale=args.vocab_scale, interactions=args.interactions)
     print(f"wrote {args.rows} rows in {len(oracle['files'])} file(s) to {args.out}; "
           f"oracle auc={oracle['auc']} logloss={oracle['logloss']} "
           f"positive_rate={oracle['positive_rate']} (see {args.out}/oracle.json)")
