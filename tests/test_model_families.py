@@ -155,3 +155,22 @@ def test_family_trains_on_a_gang_and_its_export_reproduces_the_gang_auc(planted,
     test_auc = auc(np.concatenate(ys), np.concatenate(ps))
     assert test_auc == pytest.approx(result.metrics["test"]["auc"], abs=1e-5)
     assert test_auc > 0.7, f"{model} did not learn: test AUC {test_auc:.3f} (oracle {oracle:.3f})"
+
+
+@pytest.mark.slow
+def test_cli_trains_the_family_it_is_given(planted, tmp_path, capsys):
+    from ctr_volcano.app.cli.main import main
+
+    data, _ = planted
+    config = tmp_path / "small.json"
+    from tests.gang_helpers import SMALL
+
+    config.write_text(json.dumps(SMALL))
+    rc = main(["train", "--data", data, "--model-out", str(tmp_path / "m"), "--pservers", "1",
+               "--trainers", "1", "--epochs", "1", "--config", str(config), "--model", "dcn_v2",
+               "--model-config", '{"cross_layers": 1}', "--workdir", str(tmp_path / "w")])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    meta = json.loads((tmp_path / "m" / "model_meta.json").read_text())
+    assert meta["config"]["model"] == "dcn_v2"
+    assert meta["config"]["model_config"] == {"cross_layers": 1, "low_rank": 0}
+    assert sorted(np.load(tmp_path / "m" / "dense.npz").files)[:2] == ["cross0.b", "cross0.w"]
