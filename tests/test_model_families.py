@@ -174,3 +174,54 @@ def test_cli_trains_the_family_it_is_given(planted, tmp_path, capsys):
     assert meta["config"]["model"] == "dcn_v2"
     assert meta["config"]["model_config"] == {"cross_layers": 1, "low_rank": 0}
     assert sorted(np.load(tmp_path / "m" / "dense.npz").files)[:2] == ["cross0.b", "cross0.w"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,model_config", [("wide_deep", {}), ("deepfm", {}), ("dcn_v2", {"low_rank": 4})])
+def test_family_resumes_after_a_killed_trainer(planted, job_id, tmp_path, model, model_config):
+    import threading
+
+    from ctr_volcano.training.local.backend import train_local
+    from tests.gang_helpers import SMALL, kill_when_checkpointed
+
+    data, _ = planted
+    workdir = str(tmp_path / "w")
+    box: dict = {}
+    killer = threading.Thread(target=kill_when_checkpointed,
+                              args=(os.path.join(workdir, "output"), job_id, "trainer", 1, box))
+    killer.start()
+    config = {**SMALL, "epochs": 3, "model": model, "model_config": model_config}
+    result = train_local(data, str(tmp_path / "model"), config, max_retry=1, workdir=workdir,
+                         job_id=job_id, log=lambda m: None)
+    killer.join()
+    assert "killed_at" in box and result.attempts == 2
+    assert result.metrics["resumed_from_epoch"] >= 1
+    assert [e["epoch"] for e in result.metrics["epochs"]] == [1, 2, 3]
+    scorer = load_model(result.model_dir)
+    ys, ps = zip(*scorer.predict_files(_test_files(data), batch_size=1000))
+    assert auc(np.concatenate(ys), np.concatenate(ps)) == pytest.approx(result.metrics["test"]["auc"], abs=1e-5)
+    assert result.metrics["test"]["auc"] > 0.7
+
+
+@pytest.mark.slow
+def test_warm_start_continues_a_family_and_refuses_another(planted, tmp_path):
+    from ctr_volcano.errors import BadInput
+    from ctr_volcano.training.local.backend import train_local
+    from tests.gang_helpers import SMALL
+
+    data, _ = planted
+    deepfm = {**SMALL, "epochs": 1, "model": "deepfm"}
+    first = train_local(data, str(tmp_path / "first"), deepfm, pservers=1, trainers=1, max_retry=0,
+                        job_id="fam-first", log=lambda m: None, workdir=str(tmp_path / "w1"))
+    warm = train_local(data, str(tmp_path / "warm"), deepfm, pservers=1, trainers=1, max_retry=0,
+                       job_id="fam-warm", log=lambda m: None, workdir=str(tmp_path / "w2"),
+                       init_model=first.model_dir)
+    cold_e1, warm_e1 = first.metrics["epochs"][0], warm.metrics["epochs"][0]
+    assert warm_e1["loss"] < cold_e1["loss"] - 0.01, (warm_e1, cold_e1)
+    for other in ({"model": "dcn_v2"}, {"model": "wide_deep"}):
+        with pytest.raises(BadInput) as err:
+            train_local(data, str(tmp_path / "m"), {**deepfm, **other}, pservers=1, trainers=1,
+                        init_model=first.model_dir)
+        assert len(str(err.value).splitlines()) == 1
+        assert f"its model is 'deepfm' but this run's is '{other['model']}'" in str(err.value)
+    assert not os.path.exists(tmp_path / "m"), "refused runs must not start"
