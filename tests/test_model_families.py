@@ -225,3 +225,24 @@ def test_warm_start_continues_a_family_and_refuses_another(planted, tmp_path):
         assert len(str(err.value).splitlines()) == 1
         assert f"its model is 'deepfm' but this run's is '{other['model']}'" in str(err.value)
     assert not os.path.exists(tmp_path / "m"), "refused runs must not start"
+
+
+@pytest.mark.slow
+def test_champion_gate_compares_models_of_different_families(planted, tmp_path):
+    from ctr_volcano.retraining.gate import compare
+    from ctr_volcano.training.local.backend import train_local
+    from tests.gang_helpers import SMALL
+
+    data, _ = planted
+    dirs = {}
+    for model in ("dnn", "dcn_v2"):
+        dirs[model] = train_local(data, str(tmp_path / model), {**SMALL, "epochs": 1, "model": model},
+                                  pservers=1, trainers=1, max_retry=0, job_id=f"fam-gate-{model}",
+                                  log=lambda m: None, workdir=str(tmp_path / f"w-{model}")).model_dir
+    result = compare(dirs["dcn_v2"], dirs["dnn"], data, str(tmp_path / "gate"), min_auc=0.5, tolerance=0.5)
+    assert result["challenger"]["rows"] == result["champion"]["rows"] == 4_000
+    own = {m: load_model(d) for m, d in dirs.items()}
+    for role, model in (("challenger", "dcn_v2"), ("champion", "dnn")):
+        ys, ps = zip(*own[model].predict_files(_test_files(data)))
+        assert result[role]["auc"] == pytest.approx(auc(np.concatenate(ys), np.concatenate(ps)), abs=1e-6)
+    assert result["decision"]["publish"]
