@@ -57,6 +57,8 @@ def train_ctr(
     epochs: int = 2,
     batch_size: int = 512,
     learning_rate: float = 0.001,
+    model_family: str = "dnn",
+    model_config: str = "",
     max_retry: int = 2,
     namespace: str = "",
     image: str = "",
@@ -97,6 +99,11 @@ def train_ctr(
         epochs: passes over the training data.
         batch_size: rows per trainer batch.
         learning_rate: optimizer learning rate.
+        model_family: the network: "dnn" (embedding-concat DNN), "wide_deep" (Wide & Deep),
+            "deepfm" (DeepFM) or "dcn_v2" (DCN-v2, stacked cross layers).
+        model_config: the family's own hyper-parameters as a JSON object, e.g. {"cross_layers": 3,
+            "low_rank": 0} for dcn_v2 (dnn, wide_deep and deepfm have none); empty means the
+            family's defaults.
         max_retry: how many times a failed gang is restarted before the step fails.
         namespace: Volcano only: the Job's namespace; empty means this pod's namespace.
         image: Volcano only: the trainer image; empty means ctr_volcano.images.trainer_image().
@@ -145,8 +152,8 @@ def train_ctr(
 
     params = StepParams.from_component(
         backend=backend, pservers=pservers, trainers=trainers, epochs=epochs,
-        batch_size=batch_size, learning_rate=learning_rate, max_retry=max_retry,
-        namespace=namespace, image=image, queue=queue, priority_class=priority_class,
+        batch_size=batch_size, learning_rate=learning_rate, model_family=model_family,
+        model_config=model_config, max_retry=max_retry, namespace=namespace, image=image, queue=queue, priority_class=priority_class,
         artifact_store=artifact_store, pvc_name=pvc_name, pvc_mount_path=pvc_mount_path,
         s3_endpoint=s3_endpoint, s3_secret=s3_secret, s3_root=s3_root,
         schedule_timeout_s=schedule_timeout_s, stall_timeout_s=stall_timeout_s,

@@ -9,11 +9,12 @@ three epochs (measured on 1M generated rows: see docs/training.md).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Tuple
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, Mapping, Tuple
 
 from ctr_model.checks import is_int, is_positive, is_real
 from ctr_model.features import DEFAULT_HASH_BUCKETS
+from ctr_model.models import FAMILIES, validate_model_config
 
 __all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
 
@@ -33,9 +34,14 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Hyper-parameters and run settings of the CTR DNN.
+    """Hyper-parameters and run settings of the CTR network.
 
     Attributes:
+        model: the model family (:data:`ctr_model.models.FAMILIES`): ``dnn`` (the default),
+            ``wide_deep``, ``deepfm`` or ``dcn_v2``.
+        model_config: the family's own hyper-parameters (e.g. ``dcn_v2``'s ``cross_layers``,
+            ``low_rank``), one JSON object; missing keys take the family's defaults, unknown ones
+            are refused. ``embedding_dim`` and ``fc_sizes`` are every family's.
         embedding_dim: width of each sparse feature's embedding (held on the pservers).
         fc_sizes: hidden layer widths of the FC stack (ReLU after each).
         learning_rate: Adam step size for the dense layers and the pservers' sparse rule.
@@ -74,6 +80,8 @@ class TrainConfig:
     keep_checkpoints: int = 2
     checkpoint_secs: float = 600.0
     sparse_shards: int = 16
+    model: str = "dnn"
+    model_config: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         def positive_int(name: str, upper: int = 1 << 31) -> None:
@@ -110,6 +118,16 @@ class TrainConfig:
             raise ConfigError("reader", self.reader, f"use one of {', '.join(READERS)}")
         if not isinstance(self.shuffle, bool):
             raise ConfigError("shuffle", self.shuffle, "use true or false")
+        self._check_model()
+
+    def _check_model(self) -> None:
+        if self.model not in FAMILIES:
+            raise ConfigError("model", self.model, f"use one of {', '.join(FAMILIES)}")
+        try:
+            full = validate_model_config(self.model, self.model_config)
+        except ValueError as exc:
+            raise ConfigError(*exc.args) from None
+        object.__setattr__(self, "model_config", full)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "TrainConfig":

@@ -3,9 +3,10 @@
 The exported ``model/`` directory holds what the parameter-server run wrote (``dnn_plugin/`` dense
 files and the pservers' sparse-table text shards ``000/part-*.gz``) plus what trainer 0 adds at export:
 ``dense.npz`` (the dense parameters pulled from the pservers), ``sparse.npz`` (the sparse table as
-sorted keys + embedding rows, parsed once from the text shards) and ``model_meta.json``. The network is
-small and fixed (:mod:`ctr_model.net`), so the forward pass is rebuilt in numpy: evaluation and
-serving need neither Paddle nor a cluster. Ids never seen in training score with a zero embedding,
+sorted keys + embedding rows, parsed once from the text shards) and ``model_meta.json`` (which names
+the model family and its config). The network is small, and each family
+(:mod:`ctr_model.models`) carries its forward pass in numpy: evaluation and serving need neither
+Paddle nor a cluster. Ids never seen in training score with a zero embedding,
 as the pservers' tiny random initialisation would, almost.
 """
 from __future__ import annotations
@@ -16,9 +17,11 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.feature_spec import FeatureSpec, spec_from_dict
 from ctr_model.features import SCHEMA_VERSION
 from ctr_model.metrics import auc, logloss  # re-exported: part of this API
+from ctr_model.models import family
 
 if TYPE_CHECKING:
     import numpy as np
@@ -101,18 +104,21 @@ class Scorer:
     Attributes:
         meta: ``model_meta.json`` (schema_version, hash_buckets, config).
         keys: sorted sparse keys (hashed ids seen in training).
-        rows: their embedding rows.
-        layers: ``[(W, b), ...]`` of the FC stack followed by the 2-way output layer.
+        rows: their embedding rows (the sparse table's width: the family's ``table_width``).
+        params: the dense parameters by name (float32).
+        config: the training config the model was trained with (family, sizes).
     """
 
     meta: Dict[str, Any]
     keys: "np.ndarray"
     rows: "np.ndarray"
-    layers: list
+    params: Dict[str, "np.ndarray"]
+    config: TrainConfig
 
     @property
     def embedding_dim(self) -> int:
-        return int(self.meta["config"]["embedding_dim"])
+        """Width of a sparse-table row."""
+        return family(self.config.model).table_width(self.config.embedding_dim)
 
     @property
     def features(self) -> Optional[FeatureSpec]:
@@ -193,17 +199,12 @@ class Scorer:
 
         spec = self.features
         if spec is not None:
-            dense, emb = self._spec_inputs(table, spec)
-            x = np.concatenate([emb, dense], axis=1)
+            dense, emb = self._spec_inputs(table, spec)     # pooled per feature
         else:
             dense, ids = self._features(table)
-            n, slots = ids.shape
             emb = self._lookup(ids.reshape(-1))                  # unseen id: the zero row
-            x = np.concatenate([emb.reshape(n, slots * self.embedding_dim), dense], axis=1)
-        for w, b in self.layers[:-1]:
-            x = np.maximum(x @ w + b, 0.0)
-        w, b = self.layers[-1]
-        logits = x @ w + b
+        emb = emb.reshape(len(dense), -1, self.embedding_dim)
+        logits = family(self.config.model).logits(self.params, emb, dense, self.config)
         margin = logits[:, 1].astype(np.float64) - logits[:, 0]
         return 1.0 / (1.0 + np.exp(-margin))
 
@@ -278,21 +279,27 @@ def load_model(model_dir: str) -> Scorer:
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise ModelError(f"{meta_path}: schema_version {meta.get('schema_version')!r}, but this version "
                          f"of ctr-volcano reads {SCHEMA_VERSION}: retrain the model with this version")
-    dim = int(meta["config"]["embedding_dim"])
-    fc_sizes = list(meta["config"]["fc_sizes"])
+    try:
+        config = TrainConfig.from_dict(meta["config"])
+    except (ConfigError, KeyError) as exc:
+        raise ModelError(f"{meta_path}: its config is not one this version reads ({exc}): retrain the "
+                         f"model with this version") from None
+    fam = family(config.model)
+    dim = fam.table_width(config.embedding_dim)
     dense_path = os.path.join(model_dir, DENSE_FILE)
     if not os.path.exists(dense_path):
         raise ModelError(f"{dense_path} missing: the export did not finish; re-run training")
-    names = [(f"fc{i}.w", f"fc{i}.b") for i in range(len(fc_sizes))] + [("out.w", "out.b")]
-    dense = _load_npz(dense_path, [n for pair in names for n in pair])
-    layers = [(dense[w].astype(np.float32), dense[b].astype(np.float32)) for w, b in names]
+    from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
+
+    names = fam.dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS))
+    params = {k: v.astype(np.float32) for k, v in _load_npz(dense_path, names).items()}
     sparse_path = os.path.join(model_dir, SPARSE_FILE)
     if os.path.exists(sparse_path):
         data = _load_npz(sparse_path, ["keys", "rows"])
         keys, rows = data["keys"], data["rows"]
     else:
         keys, rows = read_sparse_table(model_dir, dim)
-    return Scorer(meta=meta, keys=keys, rows=rows.astype(np.float32), layers=layers)
+    return Scorer(meta=meta, keys=keys, rows=rows.astype(np.float32), params=params, config=config)
 
 
 def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536) -> dict:

@@ -1,19 +1,20 @@
-"""The CTR DNN as a Paddle static program (PaddleRec's ``rank/dnn`` shape, written from scratch).
+"""The CTR network as a Paddle static program: the feeds, the sparse lookups, the loss and the AUC.
 
-26 categorical slots share one embedding table (held on the pservers in PS mode), concatenated with
-the 13 dense inputs and fed through an FC stack with ReLU and a 2-way softmax. The parameter names
-are fixed (``fc0.w``, ``fc0.b``, ..., ``out.w``, ``out.b``, ``SparseFeatFactors``) so the exported
-model can be rebuilt in one process without Paddle (:mod:`ctr_model.infer`).
+26 categorical slots share one embedding table (held on the pservers in PS mode); the 13 dense inputs
+come as one variable. What sits between the lookups and the 2-way softmax is the model family's
+(``TrainConfig.model``, :mod:`ctr_model.models`): the DNN by default. The parameter names are fixed
+(``SparseFeatFactors``, ``out.w``, ``out.b`` and the family's) so the exported model can be rebuilt in
+one process without Paddle (:mod:`ctr_model.infer`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from ctr_model.config import TrainConfig
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
+from ctr_model.models import family
 
 __all__ = ["EMBEDDING_NAME", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "slot_layout", "dense_param_names",
            "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
@@ -77,11 +78,8 @@ def fix_proto_shadowing() -> None:
 
 
 def dense_param_names(config: TrainConfig) -> List[str]:
-    """Names of the dense parameters, in forward order (weight, bias per layer)."""
-    names = []
-    for i in range(len(config.fc_sizes)):
-        names += [f"fc{i}.w", f"fc{i}.b"]
-    return names + ["out.w", "out.b"]
+    """Names of the model family's dense parameters (what trainer 0 exports)."""
+    return family(config.model).dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS))
 
 
 @dataclass
@@ -117,7 +115,7 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
     """Build the network into the current default main/startup programs.
 
     Args:
-        config: model sizes.
+        config: the model family and its sizes.
         ps_mode: ``True`` puts the embedding on the pservers (``sparse_embedding``); ``False``
             builds an ordinary local embedding of ``hash_buckets`` rows (single-process training).
         features: the data's feature spec (``None``: Criteo). Every categorical feature shares the
@@ -131,37 +129,22 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
     sparse = [paddle.static.data(name=name, shape=[-1, 1], dtype="int64", lod_level=1)
               for name, _ in slots]
     dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, n_dense], dtype="float32")
+    fam = family(config.model)
+    width = fam.table_width(config.embedding_dim)
     emb_attr = paddle.ParamAttr(name=EMBEDDING_NAME,
                                 initializer=paddle.nn.initializer.Uniform(-0.01, 0.01))
     embs = []
     for ids, (_, pooling) in zip(sparse, slots):
         if ps_mode:
             emb = paddle.static.nn.sparse_embedding(
-                input=ids, size=[config.hash_buckets, config.embedding_dim], param_attr=emb_attr)
+                input=ids, size=[config.hash_buckets, width], param_attr=emb_attr)
         else:
             emb = paddle.static.nn.embedding(
-                input=ids, size=[config.hash_buckets, config.embedding_dim], is_sparse=True,
-                param_attr=emb_attr)
-        if pooling is None:
-            embs.append(paddle.reshape(emb, shape=[-1, config.embedding_dim]))
-        else:
-            pooled = paddle.static.nn.sequence_pool(
-                input=emb, pool_type="sum" if pooling == "sum" else "average")
-            embs.append(paddle.reshape(pooled, shape=[-1, config.embedding_dim]))
-    x = paddle.concat(embs + [dense], axis=1)
-    width = n_dense + len(slots) * config.embedding_dim
-    for i, size in enumerate(config.fc_sizes):
-        x = paddle.static.nn.fc(
-            x, size=size, activation="relu",
-            weight_attr=paddle.ParamAttr(name=f"fc{i}.w", initializer=paddle.nn.initializer.Normal(
-                std=1.0 / math.sqrt(width))),
-            bias_attr=paddle.ParamAttr(name=f"fc{i}.b", initializer=paddle.nn.initializer.Constant(0.0)))
-        width = size
-    logits = paddle.static.nn.fc(
-        x, size=2,
-        weight_attr=paddle.ParamAttr(name="out.w", initializer=paddle.nn.initializer.Normal(
-            std=1.0 / math.sqrt(width))),
-        bias_attr=paddle.ParamAttr(name="out.b", initializer=paddle.nn.initializer.Constant(0.0)))
+                input=ids, size=[config.hash_buckets, width], is_sparse=True, param_attr=emb_attr)
+        if pooling is not None:         # a multi-valued feature: its ids' rows pooled into one
+            emb = paddle.static.nn.sequence_pool(input=emb, pool_type="sum" if pooling == "sum" else "average")
+        embs.append(paddle.reshape(emb, shape=[-1, width]))
+    logits = fam.build(embs, dense, config)
     predict = paddle.nn.functional.softmax(logits)
     example_loss = paddle.nn.functional.cross_entropy(
         input=predict, label=label, reduction="none", use_softmax=False)

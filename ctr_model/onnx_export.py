@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["ONNX_FILE", "MANIFEST_FILE", "REPOSITORY_DIR", "TRITON_MODEL", "MAX_MODEL_BYTES",
-           "OnnxTooLarge", "build_graph", "export_onnx", "write_repository", "estimated_bytes"]
+           "OnnxTooLarge", "NotServable", "build_graph", "export_onnx", "write_repository", "estimated_bytes"]
 
 ONNX_FILE = "model.onnx"
 #: What a server needs besides the graph: inputs, their column order, the transform and buckets.
@@ -52,10 +52,31 @@ class OnnxTooLarge(ModelError):
     """The model does not fit one ONNX file; names the size, the limit and the way out."""
 
 
+class NotServable(ModelError):
+    """The graph covers the ``dnn`` family on the Criteo layout; names what the model is instead."""
+
+
+def _layers(scorer: Scorer) -> list:
+    """The DNN's ``(weight, bias)`` pairs in forward order, the output layer last.
+
+    Raises:
+        NotServable: another family, or a model trained on a feature spec.
+    """
+    from ctr_model.models.layers import mlp_names
+
+    spec = scorer.features
+    if scorer.config.model != "dnn" or (spec is not None and not spec.is_criteo):
+        what = f"model family {scorer.config.model!r}" + ("" if spec is None or spec.is_criteo else " on a feature spec")
+        raise NotServable(f"ONNX export covers the dnn family on the Criteo layout, not this {what}: "
+                          f"score it with ctr_model.infer.load_model (ctr-volcano evaluate)")
+    names = mlp_names(scorer.config.fc_sizes)
+    return [(scorer.params[w], scorer.params[b]) for w, b in zip(names[0::2], names[1::2])]
+
+
 def estimated_bytes(scorer: Scorer) -> int:
     """Serialized size of the graph, from above: the table, the keys and values (at most 10 bytes
     each as varints), the dense layers."""
-    dense = sum(w.size + b.size for w, b in scorer.layers) * 4
+    dense = sum(w.size + b.size for w, b in _layers(scorer)) * 4
     return int(scorer.rows.size * 4 + len(scorer.keys) * 20 + dense + 2 ** 16)
 
 
@@ -75,12 +96,13 @@ def _check_fits(scorer: Scorer, max_bytes: int) -> None:
 def _dense_part(helper: Any, numpy_helper: Any, scorer: Scorer, nodes: list, inits: list) -> str:
     """The FC stack and output layer as nodes; returns the name of the float64 margin."""
     x = "x"
-    for i, (w, b) in enumerate(scorer.layers):
+    layers = _layers(scorer)
+    for i, (w, b) in enumerate(layers):
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
         nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"mm{i}"]),
                   helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"h{i}"])]
         x = f"h{i}"
-        if i < len(scorer.layers) - 1:
+        if i < len(layers) - 1:
             nodes.append(helper.make_node("Relu", [x], [f"r{i}"]))
             x = f"r{i}"
     import numpy as np

@@ -581,7 +581,9 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
                               for name in dense_param_names(config)}
     np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
     from ctr_model.infer import write_sparse_npz
-    keys = write_sparse_npz(model_dir, config.embedding_dim, table_dir=last.path)
+    from ctr_model.models import family
+    width = family(config.model).table_width(config.embedding_dim)
+    keys = write_sparse_npz(model_dir, width, table_dir=last.path)
     export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
     _log(spec, f"exported {model_dir} ({keys} sparse keys, from {os.path.basename(last.path)})")
     meta = _model_meta(spec, config)
@@ -593,10 +595,13 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     meta["calibration"] = calibrate_export(model_dir, train_files)
     _write_json(os.path.join(model_dir, MODEL_META), meta)
     _log(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
-    from ctr_model.onnx_export import export_onnx
+    from ctr_model.onnx_export import NotServable, export_onnx
 
-    served = export_onnx(model_dir)          # model.onnx + serving/ctr/1: what a serving stack loads
-    _log(spec, f"wrote {model_dir}/model.onnx ({served['sparse_keys']} keys) and the Triton repository")
+    try:
+        served = export_onnx(model_dir)      # model.onnx + serving/ctr/1: what a serving stack loads
+        _log(spec, f"wrote {model_dir}/model.onnx ({served['sparse_keys']} keys) and the Triton repository")
+    except NotServable as exc:
+        _log(spec, f"no ONNX export: {exc}")
     ws.publish(MODEL_DIR)
 
 

@@ -10,8 +10,9 @@ created fresh by the pservers on first pull, as in any run; the stable hash keep
 across days.
 
 What must match, checked before the gang starts and again in every trainer (the refusal names both
-values): the feature schema version, ``hash_buckets``, the network shape (``embedding_dim``,
-``fc_sizes``) and the number of pservers (each pserver loads its own shard files of both tables).
+values): the feature schema version, ``hash_buckets``, the model family and its shape (``model``,
+``model_config``, ``embedding_dim``, ``fc_sizes``; a config without ``model``, as one exported before
+families existed, is a ``dnn``) and the number of pservers (each pserver loads its own shard files of both tables).
 """
 from __future__ import annotations
 
@@ -96,6 +97,10 @@ def check_compatible(init: WarmStart, config: Mapping[str, Any], pservers: int,
                "re-prep the data with the init model's schema or train from scratch"),
               ("hash_buckets", init.meta.get("hash_buckets", old_cfg.get("hash_buckets")),
                config.get("hash_buckets"), "prep the new data with the init model's hash_buckets"),
+              ("model", old_cfg.get("model", "dnn"), config.get("model", "dnn"),
+               "warm-start from a model of the same family or train from scratch"),
+              ("model_config", old_cfg.get("model_config", {}), config.get("model_config", {}),
+               "use the init model's model_config or train from scratch"),
               ("embedding_dim", old_cfg.get("embedding_dim"), config.get("embedding_dim"),
                "use the init model's network shape or train from scratch"),
               ("fc_sizes", list(old_cfg.get("fc_sizes") or []), list(config.get("fc_sizes") or []),

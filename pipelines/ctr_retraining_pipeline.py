@@ -82,6 +82,8 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         epochs: int = 2,
         batch_size: int = 512,
         learning_rate: float = 0.001,
+        model_family: str = "dnn",
+        model_config: str = "",
         max_retry: int = 2,
         namespace: str = "",
         image: str = "",
@@ -116,6 +118,8 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             epochs: passes over the run's training data.
             batch_size: examples per trainer step.
             learning_rate: Adam learning rate.
+            model_family: the network to train: "dnn" (embedding-concat DNN), "wide_deep" (Wide & Deep), "deepfm" (DeepFM) or "dcn_v2" (DCN-v2, stacked cross layers).
+            model_config: the family's own hyper-parameters as a JSON object, e.g. {"cross_layers": 3, "low_rank": 0} for dcn_v2 (the other families have none); empty means the family's defaults.
             max_retry: times the whole gang is restarted after a pod failure before the step fails.
             namespace: Kubernetes namespace of the Volcano Job; empty means the pipeline run's namespace.
             image: trainer container image; empty means the release's default trainer image.
@@ -147,7 +151,8 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         train = train_component(
             train_data=prep.outputs["train_data"], init_model=champion.outputs["champion"], backend=backend,
             pservers=pservers, trainers=trainers, epochs=epochs, batch_size=batch_size,
-            learning_rate=learning_rate, max_retry=max_retry, namespace=namespace, image=image, queue=queue,
+            learning_rate=learning_rate, model_family=model_family, model_config=model_config,
+            max_retry=max_retry, namespace=namespace, image=image, queue=queue,
             priority_class=priority_class, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu,
             memory=memory, schedule_timeout_s=schedule_timeout_s, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, warm_start=warm_start)

@@ -2,15 +2,19 @@
 and a job id whose processes must all be gone once the test is over."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
+from ctr_model.checkpoint import COMPLETE_MARKER, epoch_dir
 from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.training.local.gang import processes_with_env
 
-__all__ = ["SMALL", "job_processes", "parent_pid", "write_small_planted", "gang_job_id"]
+__all__ = ["SMALL", "job_processes", "parent_pid", "write_small_planted", "gang_job_id",
+           "kill_when_checkpointed"]
 
 #: A model small enough to learn the planted data in seconds on two cores.
 #: Checkpoints after every epoch (``checkpoint_secs`` 0), which the kill-and-resume tests rely on.
@@ -47,3 +51,21 @@ def gang_job_id(prefix: str, grace_s: float, poll_s: float) -> Iterator[str]:
     while job_processes(jid) and time.time() < deadline:
         time.sleep(poll_s)
     assert job_processes(jid) == [], "processes of the gang were left behind"
+
+
+def kill_when_checkpointed(output_dir: str, job_id: str, role: str, index: int, box: dict) -> None:
+    """SIGKILL the role process ``role``-``index`` of gang ``job_id`` once epoch 1's checkpoint is
+    complete under ``output_dir``; records ``killed_at`` in ``box`` (for a thread)."""
+    marker = os.path.join(epoch_dir(output_dir, 1), COMPLETE_MARKER)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if os.path.exists(marker):
+            pids = job_processes(job_id, f"CTR_ROLE={role}", f"VC_TASK_INDEX={index}")
+            # the role process itself (its helpers, e.g. gloo's manager, are its children)
+            pids = [p for p in pids if open(f"/proc/{p}/cmdline", "rb").read().find(b"ctr_model.train") >= 0]
+            roots = [p for p in pids if parent_pid(p) not in pids]
+            if roots:
+                os.kill(roots[0], signal.SIGKILL)
+                box["killed_at"] = time.time()
+                return
+        time.sleep(0.05)

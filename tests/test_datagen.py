@@ -213,3 +213,42 @@ def test_cli_refuses_a_bad_vocab_scale_before_any_work(tmp_path, capsys, value):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"--vocab-scale={value}" in err and "1..1000" in err
     assert not out.exists()
+
+
+def test_interactions_0_output_is_unchanged(tmp_path):
+    import hashlib
+
+    oracle = datagen.generate(str(tmp_path), rows=2000, seed=7, oracle_rows=20_000, interactions=0)
+    assert "interactions" not in oracle
+    digest = {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+              for name in ("part-00000.tsv", "oracle.json")}
+    assert digest == {"part-00000.tsv": SCALE1_TSV_SHA256, "oracle.json": SCALE1_ORACLE_SHA256}
+
+
+def test_interactions_carry_signal_a_sum_of_per_feature_effects_misses(tmp_path):
+    oracle = datagen.generate(str(tmp_path), rows=1000, seed=7, oracle_rows=20_000, interactions=8)
+    pairs = oracle["interactions"]
+    assert len(pairs) == 8 and len({tuple(p) for p in pairs}) == 8
+    noise = set(oracle["noise_columns"])
+    assert all(a != b and a not in noise and b not in noise for a, b in pairs)
+    assert 0.2 < oracle["positive_rate"] < 0.3
+    # the planted model's log-odds without its interaction terms ranks worse than the oracle
+    model = datagen.planted_model(7, interactions=8)
+    s = model.sample(np.random.default_rng(1), 50_000)
+    linear = model.raw_logit(s["dense"], s["dense_missing"], s["ranks"]) - sum(
+        i.term(s["ranks"]) for i in model.interactions)
+    full, without = datagen.auc_score(s["label"], s["p"]), datagen.auc_score(s["label"], linear)
+    assert full - without > 0.02, (full, without)
+    assert oracle["auc"] == pytest.approx(full, abs=0.01)
+
+
+@pytest.mark.parametrize("argv,fix", [(["--interactions=101"], "0..100"),
+                                      (["--interactions=3", "--days", "2"], "with --days")])
+def test_cli_refuses_bad_interactions_before_any_work(tmp_path, capsys, argv, fix):
+    from ctr_volcano.app.cli.main import main
+
+    out = tmp_path / "out"
+    assert main(["gen-data", "--rows", "10", "--out", str(out)] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--interactions=" in err and fix in err, err
+    assert not out.exists()

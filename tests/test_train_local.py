@@ -21,12 +21,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctr_model.checkpoint import COMPLETE_MARKER, epoch_dir
 from ctr_model.contract import GangContract, role_env, volcano_plugin_env
 from ctr_model.infer import auc, load_model
 from ctr_volcano.errors import TrainingJobFailed
 from ctr_volcano.training.local.backend import train_local
-from tests.gang_helpers import SMALL, gang_job_id, job_processes, parent_pid, write_small_planted
+from tests.gang_helpers import (
+    SMALL,
+    gang_job_id,
+    kill_when_checkpointed,
+    write_small_planted,
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,22 +41,6 @@ def planted(tmp_path_factory):
 @pytest.fixture
 def job_id():
     yield from gang_job_id("trtest", grace_s=10, poll_s=0.2)
-
-
-def _kill_when_checkpointed(output_dir: str, job_id: str, role: str, index: int, box: dict):
-    marker = os.path.join(epoch_dir(output_dir, 1), COMPLETE_MARKER)
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if os.path.exists(marker):
-            pids = job_processes(job_id, f"CTR_ROLE={role}", f"VC_TASK_INDEX={index}")
-            # the role process itself (its helpers, e.g. gloo's manager, are its children)
-            pids = [p for p in pids if open(f"/proc/{p}/cmdline", "rb").read().find(b"ctr_model.train") >= 0]
-            roots = [p for p in pids if parent_pid(p) not in pids]
-            if roots:
-                os.kill(roots[0], signal.SIGKILL)
-                box["killed_at"] = time.time()
-                return
-        time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -96,7 +84,7 @@ def test_killed_trainer_resumes_from_checkpoint(planted, job_id, tmp_path):
     data, _ = planted
     workdir = str(tmp_path / "w")
     box: dict = {}
-    killer = threading.Thread(target=_kill_when_checkpointed,
+    killer = threading.Thread(target=kill_when_checkpointed,
                               args=(os.path.join(workdir, "output"), job_id, "trainer", 1, box))
     killer.start()
     result = train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 3}, max_retry=1,
@@ -114,7 +102,7 @@ def test_killed_pserver_fails_clearly_and_fast(planted, job_id, tmp_path):
     data, _ = planted
     workdir = str(tmp_path / "w")
     box: dict = {}
-    killer = threading.Thread(target=_kill_when_checkpointed,
+    killer = threading.Thread(target=kill_when_checkpointed,
                               args=(os.path.join(workdir, "output"), job_id, "pserver", 1, box))
     killer.start()
     with pytest.raises(TrainingJobFailed) as err:

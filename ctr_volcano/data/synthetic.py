@@ -20,6 +20,13 @@ The planted model (generator version 1):
   (the sparse table, pserver memory, model size) keeps growing with the rows, as on real Criteo.
   Scale 1 is the model above, unchanged.
 * Noise slots with zero weight: ``I9``, ``I13``, ``C3``, ``C16``, ``C21``.
+* ``interactions`` K (default 0: the linear model above, unchanged) adds K pairwise interactions
+  between categorical columns, so a model that learns interactions (DeepFM, DCN-v2) has something a
+  sum of per-feature effects cannot fit. Each picks two distinct non-noise columns and adds
+  ``u_a . v_b`` (rank 4, unit variance before the normalisation below) when both values are among
+  their column's 40 most frequent (0 otherwise): a low-rank bilinear effect of the two values, the
+  shape embedding products represent. They come from their own random stream, so K=0 draws exactly
+  the linear model's numbers.
 * The total log-odds spread is normalised per seed (oracle AUC about 0.78) and the intercept set for
   a click rate of about 25%.
 
@@ -34,7 +41,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -46,7 +53,8 @@ from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 
 __all__ = ["generate", "PlantedModel", "planted_model", "auc_score", "logloss_score", "FREQUENT_VALUES",
-           "ORACLE_FILE", "GENERATOR_VERSION", "CHUNK_ROWS", "MAX_VOCAB_SCALE"]
+           "ORACLE_FILE", "GENERATOR_VERSION", "CHUNK_ROWS", "MAX_VOCAB_SCALE", "Interaction",
+           "MAX_INTERACTIONS"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +81,29 @@ FREQUENT_VALUES = 40
 _TAIL_SCALE = 0.10                    # weight scale of the long tail relative to the head
 _LOGIT_STD = 1.2                      # spread of the log-odds around the intercept
 _POSITIVE_RATE = 0.25
+#: Most pairwise interactions ``interactions`` may ask for (of the 253 pairs of non-noise columns).
+MAX_INTERACTIONS = 100
+_INTERACTION_RANK = 4
+#: Scale of one interaction's term relative to a head value's own weight (about N(0, 1)).
+_INTERACTION_WEIGHT = 1.5
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """One planted pairwise interaction: ``u[rank_a] . v[rank_b]`` when both ranks are in the head."""
+
+    a: int                            # 0-based categorical column
+    b: int
+    u: np.ndarray                     # (FREQUENT_VALUES, rank)
+    v: np.ndarray
+
+    def term(self, ranks: np.ndarray) -> np.ndarray:
+        """The interaction's log-odds term per row (``ranks``: (n, 26), -1 = empty)."""
+        ra, rb = ranks[:, self.a], ranks[:, self.b]
+        head = (ra >= 0) & (ra < len(self.u)) & (rb >= 0) & (rb < len(self.v))
+        out = np.zeros(len(ranks))
+        out[head] = np.einsum("ij,ij->i", self.u[ra[head]], self.v[rb[head]])
+        return out
 
 
 @dataclass(frozen=True)
@@ -89,6 +120,7 @@ class PlantedModel:
     scale: float                      # multiplies the raw log-odds spread
     intercept: float
     vocab_scale: int = 1              # multiplies every vocabulary size (``_VOCAB``)
+    interactions: Tuple[Interaction, ...] = ()
 
     def sample(self, rng: np.random.Generator, n: int) -> Dict[str, Any]:
         """Draw ``n`` rows: raw dense ints (masked), categorical ranks (-1 = empty), p and labels."""
@@ -124,6 +156,8 @@ class PlantedModel:
             r = ranks[:, c]
             w = np.where(r >= 0, self.sparse_weight[c][np.maximum(r, 0)], 0.0)
             out += w
+        for interaction in self.interactions:
+            out += interaction.term(ranks)
         return out
 
 
@@ -160,22 +194,44 @@ def _check_vocab_scale(vocab_scale: Any) -> None:
                        f"the rows)")
 
 
-def planted_model(seed: int, vocab_scale: int = 1) -> PlantedModel:
+def _check_interactions(interactions: Any) -> None:
+    if not is_int(interactions, 0) or interactions > MAX_INTERACTIONS:
+        raise BadInput("interactions", interactions,
+                       f"use an integer in 0..{MAX_INTERACTIONS} (0: the linear planted model; e.g. 8 "
+                       f"for data on which models that learn feature interactions can win)")
+
+
+def _draw_interactions(seed: int, k: int) -> Tuple[Interaction, ...]:
+    """K distinct pairs of non-noise columns and their weights, from their own random stream."""
+    rng = np.random.default_rng([int(seed), 0x1A7E])
+    columns = [c for c in range(NUM_SPARSE) if (c + 1) not in _SPARSE_NOISE]
+    pairs = [(a, b) for i, a in enumerate(columns) for b in columns[i + 1:]]
+    chosen = rng.choice(len(pairs), size=k, replace=False) if k else np.zeros(0, dtype=np.int64)
+    std = _INTERACTION_WEIGHT ** 0.5 * _INTERACTION_RANK ** -0.25
+    return tuple(Interaction(a=pairs[i][0], b=pairs[i][1],
+                             u=rng.normal(0.0, std, (FREQUENT_VALUES, _INTERACTION_RANK)),
+                             v=rng.normal(0.0, std, (FREQUENT_VALUES, _INTERACTION_RANK)))
+                 for i in chosen)
+
+
+def planted_model(seed: int, vocab_scale: int = 1, interactions: int = 0) -> PlantedModel:
     """Build the planted model of ``seed`` (deterministic; cached, treat it as read-only).
 
     Args:
         seed: selects the model.
         vocab_scale: every column's vocabulary has ``_VOCAB[c] * vocab_scale`` values (1..1000).
+        interactions: planted pairwise interactions (0..100; see the module docstring).
 
     Raises:
-        BadInput: if ``vocab_scale`` is out of range.
+        BadInput: if ``vocab_scale`` or ``interactions`` is out of range.
     """
     _check_vocab_scale(vocab_scale)
-    return _build_planted_model(int(seed), int(vocab_scale))
+    _check_interactions(interactions)
+    return _build_planted_model(int(seed), int(vocab_scale), int(interactions))
 
 
 @functools.lru_cache(maxsize=4)
-def _build_planted_model(seed: int, vocab_scale: int) -> PlantedModel:
+def _build_planted_model(seed: int, vocab_scale: int, interactions: int = 0) -> PlantedModel:
     rng = np.random.default_rng([int(seed), 0xA11CE])
     vocab, cdf, weights = [], [], []
     for c in range(NUM_SPARSE):
@@ -196,7 +252,8 @@ def _build_planted_model(seed: int, vocab_scale: int) -> PlantedModel:
                          dense_std=np.ones(NUM_DENSE),
                          dense_weight=np.array(_DENSE_WEIGHT, dtype=np.float64),
                          vocab=vocab, cdf=cdf, sparse_weight=weights, scale=1.0, intercept=0.0,
-                         vocab_scale=int(vocab_scale))
+                         vocab_scale=int(vocab_scale),
+                         interactions=_draw_interactions(seed, interactions))
     # Calibrate on a fixed sample: standardise dense features, set the spread and the base rate.
     cal = model.sample(np.random.default_rng([int(seed), 0xCA1]), 100_000)
     t = np.where(cal["dense_missing"], 0.0, dense_transform(cal["dense"].ravel())
@@ -246,7 +303,7 @@ def _tsv_bytes(table) -> bytes:
 
 def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level: int = 0,
              oracle_rows: int = ORACLE_ROWS, model: Optional[PlantedModel] = None,
-             vocab_scale: int = 1) -> Dict[str, Any]:
+             vocab_scale: int = 1, interactions: int = 0) -> Dict[str, Any]:
     """Write ``rows`` synthetic Criteo lines into ``out_dir`` and measure the oracle.
 
     Args:
@@ -263,11 +320,13 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
             selects the rows); :mod:`ctr_volcano.data.daily` passes each day's drifted model.
         vocab_scale: multiplies every column's vocabulary size (1..1000; see the module
             docstring); with ``model``, it must be that model's own.
+        interactions: planted pairwise interactions between categorical columns (0..100; 0, the
+            default, writes exactly the linear model's bytes); not with ``model``.
 
     Returns:
         The oracle dict (also written to ``out_dir/oracle.json``): ``auc``, ``logloss``,
         ``positive_rate``, ``prior_logloss`` and what produced the data (``vocab_scale`` only
-        when it is not 1).
+        when it is not 1, ``interactions``, the column pairs, only when there are some).
 
     Raises:
         BadInput: on invalid arguments.
@@ -287,7 +346,10 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
     if model is not None and model.vocab_scale != vocab_scale:
         raise BadInput("vocab_scale", vocab_scale,
                        f"leave it at the given model's own ({model.vocab_scale})")
-    model = model if model is not None else planted_model(seed, vocab_scale)
+    _check_interactions(interactions)
+    if model is not None and interactions:
+        raise BadInput("interactions", interactions, "leave it at 0 with a given model (it has its own)")
+    model = model if model is not None else planted_model(seed, vocab_scale, interactions)
     os.makedirs(out_dir, exist_ok=True)
     bounds = [rows * f // files for f in range(files + 1)]
     suffix = ".tsv.gz" if gzip_level else ".tsv"
@@ -323,6 +385,8 @@ def generate(out_dir: str, rows: int, seed: int = 0, files: int = 1, gzip_level:
     })
     if model.vocab_scale != 1:
         oracle["vocab_scale"] = model.vocab_scale
+    if model.interactions:
+        oracle["interactions"] = [[SPARSE_COLUMNS[i.a], SPARSE_COLUMNS[i.b]] for i in model.interactions]
     write_json(os.path.join(out_dir, ORACLE_FILE), oracle, sort_keys=True)
     return oracle
 

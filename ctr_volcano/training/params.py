@@ -7,6 +7,7 @@ KFP's ``""``/``-1`` sentinels stop in :meth:`StepParams.from_component`; every f
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -52,6 +53,10 @@ class StepParams:
         epochs: passes over the training data.
         batch_size: rows per trainer batch.
         learning_rate: optimizer learning rate.
+        model_family: the model family (``dnn``, ``wide_deep``, ``deepfm``, ``dcn_v2``); ``None`` =
+            ``config``'s (else ``dnn``).
+        model_config: the family's hyper-parameters as a JSON object (a mapping or its text);
+            ``None`` = ``config``'s (else the family's defaults).
         max_retry: gang restarts after a failure.
         namespace: Volcano: the Job's namespace; ``None`` = this pod's namespace (or ``default``).
         image: Volcano: trainer image; ``None`` = :func:`ctr_volcano.images.trainer_image`.
@@ -90,7 +95,8 @@ class StepParams:
         s3_root: Volcano, ``s3``: ``s3://BUCKET/PREFIX`` for the run directories; ``None`` = the
             data's bucket, ``ctr-runs/``.
         config: other ``ctr_model`` TrainConfig fields (a mapping; stored as sorted pairs);
-            ``epochs``, ``batch_size`` and ``learning_rate`` above win.
+            ``epochs``, ``batch_size``, ``learning_rate``, ``model_family`` and ``model_config``
+            above win.
         workdir: local: logs and the gang's output (checkpoints) go there, so a later run with the
             same workdir resumes; ``None`` = a temporary directory.
         output_uri: local: an ``s3://`` prefix for checkpoints, model and metrics instead of
@@ -110,6 +116,8 @@ class StepParams:
     epochs: int = 2
     batch_size: int = 512
     learning_rate: float = 0.001
+    model_family: Optional[str] = None
+    model_config: Any = None
     max_retry: int = 2
     namespace: Optional[str] = None
     image: Optional[str] = None
@@ -147,6 +155,10 @@ class StepParams:
     def __post_init__(self) -> None:
         if isinstance(self.config, Mapping):
             object.__setattr__(self, "config", tuple(sorted(self.config.items())))
+        if isinstance(self.model_config, str):
+            object.__setattr__(self, "model_config", _model_config_json(self.model_config))
+        elif isinstance(self.model_config, Mapping):
+            object.__setattr__(self, "model_config", tuple(sorted(self.model_config.items())))
         if self.backend not in BACKENDS:
             raise BadInput("backend", self.backend, f"use one of {', '.join(BACKENDS)}")
         for name in ("pservers", "trainers", "epochs", "batch_size"):
@@ -248,10 +260,28 @@ class StepParams:
         return cls(**clean)
 
 
+def _model_config_json(text: str) -> Any:
+    """A ``model_config`` given as JSON text (the component's parameter), parsed; ``""`` = unset."""
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BadInput("model_config", text[:80], f"not valid JSON ({exc}); pass a JSON object such as "
+                                                  '{"cross_layers": 2}, or "" for the defaults') from None
+    if not isinstance(data, dict):
+        raise BadInput("model_config", text[:80], 'pass a JSON object such as {"cross_layers": 2}')
+    return tuple(sorted(data.items()))
+
+
 def train_config_of(params: StepParams) -> Dict[str, Any]:
     """The training config handed to ``ctr_model`` (JSON in ``CTR_TRAIN_CONFIG``)."""
     cfg = dict(params.config)
     cfg.update(epochs=params.epochs, batch_size=params.batch_size, learning_rate=float(params.learning_rate))
+    if params.model_family is not None:
+        cfg["model"] = params.model_family
+    if params.model_config is not None:
+        cfg["model_config"] = dict(params.model_config)
     return cfg
 
 

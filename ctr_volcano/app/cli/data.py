@@ -17,6 +17,11 @@ __all__ = ["register"]
 
 def register(subparsers) -> None:
     """Add ``gen-data`` and ``prep`` to the CLI."""
+    _register_gen_data(subparsers)
+    _register_prep(subparsers)
+
+
+def _register_gen_data(subparsers) -> None:
     g = subparsers.add_parser(
         "gen-data", help="write synthetic Criteo-format TSV from a planted model (+ oracle.json)",
         description="Write Criteo-format TSV files DIR/part-*.tsv drawn from a planted logistic "
@@ -34,6 +39,10 @@ def register(subparsers) -> None:
                    help="multiply every categorical column's vocabulary size by K (1-1000; default "
                         "1: at most 3,000 values per column), so the distinct ids seen keep growing "
                         "with --rows, as on real Criteo")
+    g.add_argument("--interactions", type=int, default=0, metavar="K",
+                   help="plant K pairwise interactions between categorical columns (0-100; default "
+                        "0: the linear model, today's bytes), so models that learn interactions "
+                        "have something to find; the oracle includes them")
     g.add_argument("--days", type=int, default=None, metavar="N",
                    help="write N daily partitions OUT/day=YYYY-MM-DD/ of --rows lines each, from a "
                         "planted model that drifts from day to day (per-day oracle.json)")
@@ -47,6 +56,8 @@ def register(subparsers) -> None:
                         "model over its features) instead of Criteo TSV (docs/features.md)")
     g.set_defaults(func=_gen_data)
 
+
+def _register_prep(subparsers) -> None:
     p = subparsers.add_parser(
         "prep", help="raw Criteo TSV -> hashed, normalised Parquet shards + stats.json",
         description="Stream Criteo-format TSV (files, globs, directories, .gz) into "
@@ -87,6 +98,11 @@ def _gen_data(args: argparse.Namespace) -> int:
 
     if args.days is not None:
         from ctr_volcano.data.daily import generate_days
+        from ctr_volcano.errors import BadInput
+
+        if args.interactions:
+            raise BadInput("interactions", args.interactions,
+                           "leave it at 0 with --days (the drifting daily model is linear)")
 
         for day in generate_days(args.out, days=args.days, rows=args.rows, drift=args.drift,
                                  seed=args.seed, start_date=args.start_date, files=args.files,
@@ -98,7 +114,7 @@ def _gen_data(args: argparse.Namespace) -> int:
 
     oracle = generate(args.out, rows=args.rows, seed=args.seed, files=args.files,
                       gzip_level=args.gzip, oracle_rows=args.oracle_rows,
-                      vocab_scale=args.vocab_scale)
+                      vocab_scale=args.vocab_scale, interactions=args.interactions)
     print(f"wrote {args.rows} rows in {len(oracle['files'])} file(s) to {args.out}; "
           f"oracle auc={oracle['auc']} logloss={oracle['logloss']} "
           f"positive_rate={oracle['positive_rate']} (see {args.out}/oracle.json)")

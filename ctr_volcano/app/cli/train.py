@@ -11,6 +11,7 @@ import argparse
 import json
 from typing import Any, Dict, Mapping, Optional
 
+from ctr_model.models import FAMILIES
 from ctr_volcano.training.params import DEFAULT_EXPLAIN_EVERY_S, DEFAULT_POLL_S, DEFAULT_STALL_TIMEOUT_S, PVC_MOUNT_PATH
 
 __all__ = ["register", "params_from_args", "add_volcano_arguments"]
@@ -31,6 +32,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--epochs", type=int, default=None, help="passes over the data (default: config's, 3)")
     p.add_argument("--batch-size", type=int, default=None, help="batch size per trainer thread")
     p.add_argument("--lr", type=float, default=None, help="learning rate")
+    p.add_argument("--model", default=None, choices=FAMILIES,
+                   help="model family (default: config's, dnn): dnn, wide_deep (Wide & Deep), deepfm, "
+                        "dcn_v2 (stacked cross layers)")
+    p.add_argument("--model-config", default=None, metavar="JSON",
+                   help='the family\'s hyper-parameters as a JSON object, e.g. \'{"cross_layers": 2, '
+                        '"low_rank": 8}\' for dcn_v2 (default: config\'s, else the family\'s defaults)')
     p.add_argument("--config", default=None, metavar="FILE", help="TrainConfig JSON file")
     p.add_argument("--max-retry", type=int, default=2, help="whole-gang restarts (default: %(default)s)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
@@ -105,7 +112,8 @@ def add_volcano_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> Dict[str, Any]:
-    """The TrainConfig of ``--config`` with ``--epochs``/``--batch-size``/``--lr`` applied, validated."""
+    """The TrainConfig of ``--config`` with ``--epochs``/``--batch-size``/``--lr``/``--model``/
+    ``--model-config`` applied, validated."""
     from ctr_volcano.errors import BadInput
     from ctr_volcano.training.params import checked_train_config
 
@@ -118,10 +126,17 @@ def _config(args: argparse.Namespace) -> Dict[str, Any]:
             raise BadInput("--config", args.config, f"cannot read a JSON object ({exc})") from None
         if not isinstance(data, dict):
             raise BadInput("--config", args.config, "the file must hold one JSON object of TrainConfig fields")
-    for flag, key in (("epochs", "epochs"), ("batch_size", "batch_size"), ("lr", "learning_rate")):
+    for flag, key in (("epochs", "epochs"), ("batch_size", "batch_size"), ("lr", "learning_rate"),
+                      ("model", "model")):
         value = getattr(args, flag)
         if value is not None:
             data[key] = value
+    if args.model_config is not None:
+        try:
+            data["model_config"] = json.loads(args.model_config)
+        except ValueError as exc:
+            raise BadInput("--model-config", args.model_config, f"not valid JSON ({exc}); pass a JSON "
+                                                                'object such as \'{"cross_layers": 2}\'') from None
     return checked_train_config(data)   # main() names the flag for a config.<key> error
 
 
