@@ -24,7 +24,8 @@ LAYOUTS = {"csv-header": {"format": "csv", "header": True},
            "tsv-columns": {"format": "tsv",
                            "columns": ["clicked", "price", "age", "visits", "user", "items", "site", "other"]},
            "parquet-list": {"format": "parquet"}}
-#: Measured: 0.021-0.022 below the oracle on 80k-200k training rows in 3 epochs of the SMALL model.
+#: Measured 2026-12-02: 0.018-0.020 below the oracle (0.8299) for all three layouts (80k training rows,
+#: 3 epochs of the SMALL model); the margin absorbs run-to-run noise of the asynchronous gang.
 MAX_GAP = 0.03
 
 
