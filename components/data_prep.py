@@ -30,8 +30,9 @@ def prepare_ctr_data(
     max_bad_fraction: float = 0.001,
     seed: int = 42,
     workers: int = 0,
+    feature_spec: str = "",
 ):
-    """Prepare Criteo-format click logs for training: stable hashing, normalisation, split.
+    """Prepare click logs for training: stable hashing, normalisation, split.
 
     Bad lines (wrong field count, non-integer in an integer column, label not 0/1) are counted and
     reported with file and line number; the step fails if they exceed ``max_bad_fraction``.
@@ -50,20 +51,24 @@ def prepare_ctr_data(
         workers: processes parsing and transforming in parallel; 0 means the CPUs the step may use
             (its CPU limit if one is set, else the node's), at most 8. The output does not depend
             on it; each worker adds about 60 MB of memory (760 MB in all at 8).
+        feature_spec: the raw data's layout as a JSON feature spec (CSV/TSV/Parquet, named
+            columns, multi-valued features; docs/features.md); empty means Criteo TSV.
     """
     import json
     import os
 
     from ctr_model.logs import setup_logging
     from ctr_volcano.data.prep import PrepConfig, prep_splits
+    from ctr_volcano.data.spec_input import read_feature_spec
 
     setup_logging()
+    spec = read_feature_spec(feature_spec)   # every bad key in one line, before any work
 
     config = PrepConfig(hash_buckets=int(hash_buckets), test_fraction=float(test_fraction),
                         shards=int(shards), max_bad_fraction=float(max_bad_fraction),
                         seed=int(seed), workers=int(workers))
     os.makedirs(os.path.dirname(stats.path) or ".", exist_ok=True)
-    result = prep_splits([raw_data.path], train_data.path, test_data.path, config)
+    result = prep_splits([raw_data.path], train_data.path, test_data.path, config, spec=spec)
     window_file = os.path.join(raw_data.path, "window.json")   # written by resolve_data_window
     if os.path.isfile(window_file):
         with open(window_file) as fh:

@@ -226,7 +226,8 @@ def _serve(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, endpoint: str
             _log(spec, f"fetched {ws.uri(os.path.relpath(resume.path, ws.root))} in {time.time() - t:.1f}s")
         responder = wsp.PublishResponder(ws, spec.name)
         responder.start()
-    fleet, _net = _build(config, features=_data_features(spec))
+    features = _data_features(spec)
+    fleet, _net = _build(_with_features(config, features), features=features)
     _log(spec, f"serving on {endpoint}")
     try:
         fleet.init_server()
@@ -315,6 +316,13 @@ def _data_features(spec: RoleSpec) -> Optional[FeatureSpec]:
     return resolve_split(spec.data_dir, "train").features
 
 
+def _with_features(config: TrainConfig, features: Optional[FeatureSpec]) -> TrainConfig:
+    """The config with the spec's embedding width (one shared table), on pservers and trainers alike."""
+    if features is None or not features.categorical:
+        return config
+    return config.replace(embedding_dim=features.categorical[0].embedding_dim)
+
+
 def check_test_split(data_dir: str, train: SplitInfo) -> Optional[SplitInfo]:
     """The prep dir's ``test/`` split, validated against ``train`` (``None`` if there is none).
 
@@ -382,9 +390,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
                       f"Job's svc plugin publishes not-ready addresses")
             return EXIT_BAD_INPUT
     split, n_files, mine, fetch = _train_split(spec, ws)
-    if split.features is not None:   # one shared table of the spec's embedding width
-        config = config.replace(embedding_dim=split.features.categorical[0].embedding_dim) \
-            if split.features.categorical else config
+    config = _with_features(config, split.features)
     if split.hash_buckets and not explicit_buckets:
         config = config.replace(hash_buckets=split.hash_buckets)   # follow the data by default
     if split.hash_buckets and split.hash_buckets != config.hash_buckets:

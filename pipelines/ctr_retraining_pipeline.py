@@ -76,6 +76,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         shards: int = 8,
         max_bad_fraction: float = 0.001,
         seed: int = 42,
+        feature_spec: str = "",
         backend: str = "volcano",
         pservers: int = 2,
         trainers: int = 2,
@@ -112,6 +113,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             shards: number of training-data shards; a multiple of trainers.
             max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
             seed: seed of the train/test split.
+            feature_spec: the raw data's layout as a JSON feature spec (docs/features.md); empty means Criteo TSV; keep it the same across runs to warm-start.
             backend: "volcano" (a Volcano Job) or "local" (processes in the step's pod).
             pservers: parameter servers; must equal the champion's to warm-start from it.
             trainers: trainers in the training gang.
@@ -144,7 +146,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         window.set_display_name("data window")
         prep = prepare_ctr_data(
             raw_data=window.outputs["raw_data"], hash_buckets=hash_buckets, test_fraction=test_fraction,
-            shards=shards, max_bad_fraction=max_bad_fraction, seed=seed)
+            shards=shards, max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec)
         prep.set_display_name("prepare data")
         champion = find_champion(registry=registry, model_name=model_name)
         champion.set_display_name("find champion")

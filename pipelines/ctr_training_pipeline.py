@@ -62,6 +62,7 @@ def ctr_training_pipeline(
     shards: int = 8,
     max_bad_fraction: float = 0.001,
     seed: int = 42,
+    feature_spec: str = "",
     backend: str = "volcano",
     pservers: int = 2,
     trainers: int = 2,
@@ -93,6 +94,7 @@ def ctr_training_pipeline(
         shards: number of training-data shards; trainers take whole shards, so use a multiple of trainers.
         max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
         seed: seed of the train/test split.
+        feature_spec: the raw data's layout as a JSON feature spec (CSV/TSV/Parquet, named columns, multi-valued features; docs/features.md); empty means Criteo TSV. Training with "volcano" and data in an object store reads Criteo only so far.
         backend: where training runs: "volcano" (a Volcano Job of pservers and trainers) or "local" (the same gang as processes in the step's pod).
         pservers: parameter servers in the training gang.
         trainers: trainers in the training gang.
@@ -126,7 +128,7 @@ def ctr_training_pipeline(
         raw.set_display_name("raw data")
     prep = prepare_ctr_data(
         raw_data=raw.output, hash_buckets=hash_buckets, test_fraction=test_fraction, shards=shards,
-        max_bad_fraction=max_bad_fraction, seed=seed)
+        max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec)
     prep.set_display_name("prepare data")
     common = dict(
         train_data=prep.outputs["train_data"], backend=backend, pservers=pservers, trainers=trainers,

@@ -91,3 +91,31 @@ def test_the_components_hash_bucket_default_is_the_librarys():
                 for f in (prepare_ctr_data.python_func, ctr_training_pipeline.pipeline_func,
                           ctr_retraining_pipeline.pipeline_func)}
     assert defaults == {DEFAULT_HASH_BUCKETS} == {PrepConfig().hash_buckets}
+
+
+@dsl.pipeline(name="prep-spec")
+def prep_spec_only(raw_uri: str, feature_spec: str) -> Out:
+    raw = dsl.importer(artifact_uri=raw_uri, artifact_class=Dataset, reimport=False)
+    task = prepare_ctr_data(raw_data=raw.output, shards=2, seed=3, feature_spec=feature_spec)
+    return Out(train=task.outputs["train_data"], test=task.outputs["test_data"],
+               stats=task.outputs["stats"])
+
+
+def test_prepare_ctr_data_with_a_feature_spec_under_kfp_local(tmp_path):
+    from ctr_model.feature_spec import spec_from_dict, split_spec
+    from ctr_volcano.data.synthetic_spec import generate_spec
+
+    doc = {"format": "csv", "header": True, "label": "clicked",
+           "dense": [{"name": "price"}, {"name": "age", "transform": "standardize"}],
+           "categorical": [{"name": "user"}, {"name": "items", "multivalued": True}]}
+    generate_spec(str(tmp_path / "raw"), spec_from_dict(doc), rows=2000, seed=1, oracle_rows=1000)
+    _init(tmp_path / "run")
+    res = prep_spec_only(raw_uri=str(tmp_path / "raw"), feature_spec=json.dumps(doc))
+    train, stats = res.outputs["train"], res.outputs["stats"]
+    assert stats.metadata["rows_in"] == 2000 and stats.metadata["rows_rejected"] == 0
+    written = split_spec(F.check_split_schema(train.path, any_spec=True))
+    assert written.format == "csv" and written.dense[1].std > 0
+    assert _table(train.path).schema.field("items").type == pa.list_(pa.int64())
+    _init(tmp_path / "run2")
+    with pytest.raises(RuntimeError, match="prepare-ctr-data"):
+        prep_spec_only(raw_uri=str(tmp_path / "raw"), feature_spec='{"format": "csv", "colour": 1}')
