@@ -35,8 +35,11 @@ def test_scorer_pools_multivalued_embeddings_like_the_network():
     rows = rng.normal(size=(6, 2)).astype(np.float32)
     w1, b1 = rng.normal(size=(6, 3)).astype(np.float32), np.zeros(3, np.float32)
     w2, b2 = rng.normal(size=(3, 2)).astype(np.float32), np.zeros(2, np.float32)
-    scorer = Scorer(meta={"config": {"embedding_dim": 2}, "feature_spec": SPEC.to_dict()}, keys=keys,
-                    rows=rows, layers=[(w1, b1), (w2, b2)])
+    from ctr_model.config import TrainConfig
+
+    config = TrainConfig.from_dict({"embedding_dim": 2, "fc_sizes": [3]})
+    scorer = Scorer(meta={"config": config.to_dict(), "feature_spec": SPEC.to_dict()}, keys=keys,
+                    rows=rows, params={"fc0.w": w1, "fc0.b": b1, "out.w": w2, "out.b": b2}, config=config)
     emb = {int(k): rows[i] for i, k in enumerate(keys)}
     x = np.array([np.concatenate([emb[7], (emb[3] + emb[4] + emb[5]) / 3, [0.5, 2.0]]),
                   np.concatenate([emb[9], emb[1], [-1.25, 3.0]])], dtype=np.float32)
