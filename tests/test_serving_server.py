@@ -12,6 +12,8 @@ from ctr_volcano.serving.process import model_server
 from ctr_volcano.serving.v2 import V2Error, infer, infer_binary, rows_to_body
 from tests.serving_fixtures import raw_lines, serving_python, trained_model  # noqa: F401
 
+pytestmark = pytest.mark.slow       # a real training run (the shared fixture), a real server
+
 ROWS = 20000
 
 
