@@ -108,7 +108,9 @@ def publish_model(model: Input[Model], auc: float, min_auc: float, published_mod
         auc: its test AUC (recorded in the artifact's metadata).
         min_auc: the gate it passed (recorded too).
         published_model: the approved copy; its metadata says `approved: true` with the AUC, so model
-            registries and downstream serving steps can select it.
+            registries and downstream serving steps can select it. It carries model.onnx and the
+            Triton repository serving/ctr/ (written at export) and, on an object store,
+            inference_service.yaml: the KServe InferenceService that serves it (docs/serving.md).
     """
     import logging
     import os
@@ -122,4 +124,11 @@ def publish_model(model: Input[Model], auc: float, min_auc: float, published_mod
     else:
         shutil.copyfile(model.path, published_model.path)
     published_model.metadata.update({"approved": True, "auc": float(auc), "min_auc": float(min_auc)})
-    logging.getLogger("components.publish_model").info(f"published {published_model.uri} (AUC {auc:.6f} >= {min_auc:.6f})")
+    log = logging.getLogger("components.publish_model")
+    log.info(f"published {published_model.uri} (AUC {auc:.6f} >= {min_auc:.6f})")
+    if os.path.isdir(published_model.path):   # model.onnx and serving/ came with it; add the manifest
+        from ctr_volcano.serving.inference_service import write_beside
+
+        manifest = write_beside(published_model.path, published_model.uri)
+        published_model.metadata["inference_service"] = manifest is not None
+        log.info(f"wrote {manifest}" if manifest else "no inference_service.yaml: the artifact is local")

@@ -30,4 +30,4 @@ def test_publish_copies_the_model_and_marks_it_approved(tmp_path):
     publish_model.python_func(model=dsl.Model(uri=str(src)), auc=0.8, min_auc=0.7, published_model=out)
     assert json.loads((tmp_path / "published" / "model_meta.json").read_text()) == {"schema_version": 1}
     assert (tmp_path / "published" / "000" / "part-0.gz").read_bytes() == b"\x1f\x8b"
-    assert out.metadata == {"approved": True, "auc": 0.8, "min_auc": 0.7}
+    assert out.metadata == {"approved": True, "auc": 0.8, "min_auc": 0.7, "inference_service": False}  # local

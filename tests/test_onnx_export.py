@@ -14,6 +14,8 @@ from ctr_model.onnx_export import OnnxTooLarge, build_graph
 from ctr_volcano.app.cli import main as cli
 from tests.serving_fixtures import trained_model  # noqa: F401  (a fixture)
 
+pytestmark = pytest.mark.slow       # a real training run (the shared fixture), a real server
+
 
 def _inputs(table):
     dense = np.stack([table.column(c).to_numpy() for c in DENSE_COLUMNS], axis=1).astype(np.float32)

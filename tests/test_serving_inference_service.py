@@ -98,3 +98,13 @@ def test_serving_image_installs_the_pinned_requirements_and_is_tagged_as_images_
     assert "pip install -r serving/requirements.txt" in dockerfile and "pip install --no-deps ." in dockerfile
     pins = [line.split("#")[0].strip() for line in (REPO / "serving" / "requirements.txt").read_text().splitlines()]
     assert all("==" in p for p in pins if p) and not any(p.startswith("paddle") for p in pins)
+
+
+def test_publish_writes_the_manifest_beside_an_object_store_model_only(tmp_path):
+    from ctr_volcano.serving.inference_service import MANIFEST_NAME, write_beside
+
+    path = write_beside(str(tmp_path), "minio://mlpipeline/v2/artifacts/run/publish-model/published_model")
+    manifest = yaml.safe_load((tmp_path / MANIFEST_NAME).read_text())
+    env = manifest["spec"]["predictor"]["containers"][0]["env"]
+    assert path and env == [{"name": "STORAGE_URI", "value": "s3://mlpipeline/v2/artifacts/run/publish-model/published_model"}]
+    assert write_beside(str(tmp_path / "x"), str(tmp_path / "local")) is None

@@ -9,8 +9,10 @@ import pytest
 from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS, transform_line
 from ctr_model.infer import load_model
 from ctr_volcano.serving.process import model_server
-from ctr_volcano.serving.v2 import V2Error, infer, rows_to_body
+from ctr_volcano.serving.v2 import V2Error, infer, infer_binary, rows_to_body
 from tests.serving_fixtures import raw_lines, serving_python, trained_model  # noqa: F401
+
+pytestmark = pytest.mark.slow       # a real training run (the shared fixture), a real server
 
 ROWS = 20000
 
@@ -38,6 +40,14 @@ def test_served_probabilities_match_the_scorer_on_raw_rows(server, trained_model
     expected = _expected(model, rows, buckets)
     assert len(served) == ROWS and np.abs(served - expected).max() <= 1e-6
     assert sum("" in r for r in rows) > 1000            # missing values among them
+
+
+def test_the_binary_tensor_extension_gives_the_same_probabilities(server, trained_model, sample_dir):  # noqa: F811
+    model = trained_model[1]
+    rows = raw_lines(sample_dir, 2000)
+    buckets = int(load_model(str(model)).meta["hash_buckets"])
+    served = np.array(infer_binary(server, rows))
+    assert len(served) == 2000 and np.abs(served - _expected(model, rows, buckets)).max() <= 1e-6
 
 
 def test_unseen_values_and_an_empty_row_are_scored(server, trained_model):  # noqa: F811

@@ -135,3 +135,28 @@ def _first_difference(want: Any, got: Any, path: str) -> Optional[str]:
                 return found
         return None
     return None if want == got else path
+
+
+#: Written beside an approved model by ``publish_model``.
+MANIFEST_NAME = "inference_service.yaml"
+#: KFP's artifact URIs for its object store, and what KServe's storage initializer calls them.
+_KFP_SCHEMES = {"minio://": "s3://", "s3://": "s3://", "gs://": "gs://"}
+
+
+def write_beside(model_dir: str, model_uri: str, name: str = "ctr") -> Optional[str]:
+    """Write ``inference_service.yaml`` for the model at ``model_uri`` into ``model_dir``; returns its
+    path, or ``None`` when the URI is local (a ``kfp.local`` run: nothing a cluster could fetch)."""
+    import os
+
+    import yaml
+
+    from ctr_volcano.images import serving_image
+
+    scheme = next((s for s in _KFP_SCHEMES if model_uri.startswith(s)), None)
+    if scheme is None:
+        return None
+    uri = _KFP_SCHEMES[scheme] + model_uri[len(scheme):]
+    path = os.path.join(model_dir, MANIFEST_NAME)
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(render(name, uri, serving_image()), fh, sort_keys=False)
+    return path

@@ -49,3 +49,41 @@ def infer(url: str, body: Dict[str, Any], model: str = "ctr", timeout: float = 6
             pass
         raise V2Error(exc.code, text) from None
     return list(out["outputs"][0]["data"]), out
+
+
+def rows_to_binary(rows: Sequence[Sequence[str]]) -> Tuple[bytes, int]:
+    """The same request in the binary tensor extension: a JSON header whose inputs carry
+    ``binary_data_size``, then each BYTES tensor as 4-byte little-endian lengths + the bytes.
+    Returns ``(body, header length)`` (the ``Inference-Header-Content-Length`` value)."""
+    import struct
+
+    header: Dict[str, Any] = {"inputs": [], "outputs": [{"name": "probability", "parameters": {"binary_data": True}}]}
+    blobs = []
+    for j, name in enumerate(RAW_INPUTS):
+        blob = b"".join(struct.pack("<I", len(v)) + v
+                        for v in (str(r[1 + j]).encode("utf-8") for r in rows))
+        header["inputs"].append({"name": name, "datatype": BYTES, "shape": [len(rows)],
+                                 "parameters": {"binary_data_size": len(blob)}})
+        blobs.append(blob)
+    head = json.dumps(header).encode()
+    return head + b"".join(blobs), len(head)
+
+
+def infer_binary(url: str, rows: Sequence[Sequence[str]], model: str = "ctr", timeout: float = 60.0) -> List[float]:
+    """POST raw rows in the binary tensor extension; the probabilities (FP64) from the binary answer."""
+    import numpy as np
+
+    body, head_len = rows_to_binary(rows)
+    req = urllib.request.Request(f"{url}/v2/models/{model}/infer", data=body, method="POST",
+                                 headers={"Content-Type": "application/octet-stream",
+                                          "Inference-Header-Content-Length": str(head_len)})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            data = resp.read()
+            length = int(resp.headers.get("Inference-Header-Content-Length", len(data)))
+    except urllib.error.HTTPError as exc:
+        raise V2Error(exc.code, exc.read().decode("utf-8", "replace")) from None
+    out = json.loads(data[:length])["outputs"][0]
+    if length == len(data):
+        return list(out["data"])
+    return np.frombuffer(data[length:], dtype="<f8").tolist()
