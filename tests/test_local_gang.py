@@ -111,6 +111,18 @@ def test_bad_input_exit_is_not_retried_and_names_the_reason(job_id, tiny_data, t
     assert not (tmp_path / "work" / "attempt-2").exists(), "a deterministic input error was retried"
 
 
+def test_a_pserver_refusing_its_input_is_not_retried_either(job_id, tiny_data, tmp_path):
+    """As the Volcano Job's ``exitCode: 2 -> TerminateJob``: a pserver that cannot reach the shared
+    directory exits 2 first; restarting the gang cannot help."""
+    spec = make_spec(job_id, tiny_data, tmp_path, {"pserver-0": "refuse:output directory /w is unreachable"},
+                     max_retry=2)
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=lambda m: None).run()
+    assert (err.value.phase, err.value.role, err.value.exit_code) == ("BadInput", "pserver-0", 2)
+    assert "refused its input: output directory /w is unreachable" in err.value.reason
+    assert not (tmp_path / "work" / "attempt-2").exists(), "a deterministic input error was retried"
+
+
 def test_transient_failure_is_retried_to_success(job_id, tiny_data, tmp_path):
     plan = {"trainer-0": f"fail_once:{tmp_path / 'flag'}"}
     result = LocalGang(make_spec(job_id, tiny_data, tmp_path, plan, max_retry=2), log=lambda m: None).run()

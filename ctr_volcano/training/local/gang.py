@@ -375,12 +375,12 @@ class LocalGang:
         while True:
             time.sleep(0.2)
             now = time.time()
-            for p in trainers:
+            for p in trainers + pservers:   # bad input: another attempt fails the same way
                 code = p.popen.poll()
                 if code == EXIT_BAD_INPUT:
                     raise self._fail("BadInput", p, f"{p.name} refused its input: {_error_line(p.log_path)}",
                                      code)
-                if code is not None and code != 0:
+                if code is not None and code != 0 and p.role == TRAINER:
                     raise self._fail("Failed", p, f"{p.name} exited with code {code}", code)
             trainers_done = all(p.popen.poll() == 0 for p in trainers)
             if trainers_done:
