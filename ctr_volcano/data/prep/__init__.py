@@ -32,16 +32,15 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ctr_model.atomic import write_json
 from ctr_model.feature_spec import FeatureSpec, criteo_spec
-from ctr_model.features import LABEL, RAW_COLUMNS, write_split_schema
+from ctr_model.features import LABEL, RAW_COLUMNS
 from ctr_model.logs import Progress
 from ctr_volcano.data.prep.config import AUTO_WORKERS_MAX, STATS_FILE, PrepConfig
 from ctr_volcano.data.prep.generic import prep_spec
 from ctr_volcano.data.prep.inputs import Job, jobs, long_line_error, piece_bytes, resolve_inputs
 from ctr_volcano.data.prep.lanes import Lanes, Slots, available_cores, keep_freed_memory, use_slots
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
-from ctr_volcano.data.prep.stats import Accumulator
+from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.errors import BadInput
 
 __all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "StratifiedSplit",
@@ -112,15 +111,9 @@ def _prep_criteo(files: Sequence[str], train_dir: str, test_dir: str, config: Pr
         test.close()
         if acc.rows_in == 0:
             raise BadInput("input", files, "no lines found: the input files are empty")
-        acc.check_bad_fraction()
-        stats = acc.stats(train, test, time.monotonic() - started)
-        stats["workers"] = workers
         progress.done()
-        spec_doc = criteo_spec(config.hash_buckets).to_dict()
-        write_split_schema(train_dir, config.hash_buckets, acc.rows_train, train.files(), spec_doc)
-        write_split_schema(test_dir, config.hash_buckets, acc.rows_test, test.files(), spec_doc)
-        if stats_path:
-            write_json(stats_path, stats)
+        stats = write_outputs(acc, train, test, time.monotonic() - started, config.hash_buckets,
+                              criteo_spec(config.hash_buckets).to_dict(), stats_path, workers=workers)
         ok = True
         return stats
     finally:

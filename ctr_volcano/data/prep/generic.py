@@ -18,13 +18,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ctr_model.atomic import write_json
 from ctr_model.feature_spec import DenseFeature, FeatureSpec
-from ctr_model.features import write_split_schema
 from ctr_model.transforms import categorical_column, dense_column, multivalued_column, output_schema
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
-from ctr_volcano.data.prep.stats import Accumulator
+from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.errors import BadInput
 
 __all__ = ["prep_spec", "file_columns", "check_files"]
@@ -323,14 +321,8 @@ def prep_spec(files: Sequence[str], train_dir: str, test_dir: str, config: PrepC
         test.close()
         if acc.rows_in == 0:
             raise BadInput("input", list(files), "no rows found: the input files are empty")
-        acc.check_bad_fraction()
-        stats = acc.stats(train, test, time.monotonic() - started)
-        stats["feature_spec"] = spec.to_dict()
-        stats["workers"] = 1
-        for split_dir, rows, shards in ((train_dir, acc.rows_train, train), (test_dir, acc.rows_test, test)):
-            write_split_schema(split_dir, _id_space(spec), rows, shards.files(), spec.to_dict())
-        if stats_path:
-            write_json(stats_path, stats)
+        stats = write_outputs(acc, train, test, time.monotonic() - started, _id_space(spec), spec.to_dict(),
+                              stats_path, feature_spec=spec.to_dict(), workers=1)
         ok = True
         return stats
     finally:

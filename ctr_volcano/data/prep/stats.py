@@ -6,7 +6,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ctr_model.features import RAW_COLUMNS, SCHEMA_VERSION
+from ctr_model.atomic import write_json
+from ctr_model.features import RAW_COLUMNS, SCHEMA_VERSION, write_split_schema
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.parse import looks_like_header
 from ctr_volcano.data.prep.split import ShardSet
@@ -106,3 +107,21 @@ class Accumulator:
             "seconds": round(seconds, 3),
             "input_mb_per_s": round(total_bytes / 1e6 / seconds, 2) if seconds > 0 else None,
         }
+
+
+def write_outputs(acc: "Accumulator", train: ShardSet, test: ShardSet, seconds: float, id_space: int,
+                  spec_doc: Dict[str, Any], stats_path: Optional[str], **extra: Any) -> Dict[str, Any]:
+    """The end of a prep run, whichever reader made it: the rejected share checked, both splits'
+    ``schema.json`` (with the feature spec) and ``stats.json`` written; returns the stats.
+
+    Raises:
+        BadInput: more rows were rejected than ``max_bad_fraction`` allows (nothing is written).
+    """
+    acc.check_bad_fraction()
+    stats = acc.stats(train, test, seconds)
+    stats.update(extra)
+    for shards, rows in ((train, acc.rows_train), (test, acc.rows_test)):
+        write_split_schema(shards.dir, id_space, rows, shards.files(), spec_doc)
+    if stats_path:
+        write_json(stats_path, stats)
+    return stats
