@@ -286,6 +286,37 @@ def test_gang_trains_for_real(sandbox, tmp_path, planted):
     assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
 
 
+def test_gang_trains_a_parquet_feature_spec(sandbox, tmp_path):
+    """Issue 20 on Volcano: Parquet with a list column (``gen-data --feature-spec``), prepped by its
+    spec, trained by a 2x2 gang of real pods through the PVC hand-off; the spec travels in the data's
+    schema.json only, and the model scores within the local test's margin of the oracle."""
+    from ctr_volcano.training.step import run_training_step
+    from tests.gang_helpers import SMALL
+    from tests.test_train_spec_local import FEATURES, LAYOUTS, MAX_GAP
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(dict(FEATURES, **LAYOUTS["parquet-list"])))
+    _cli("gen-data", "--feature-spec", str(spec), "--rows", "100000", "--files", "2", "--seed", "3",
+         "--out", str(tmp_path / "raw"), "--oracle-rows", "100000")
+    _cli("prep", "--feature-spec", str(spec), "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "prep"),
+         "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2")
+    oracle = float(json.loads((tmp_path / "raw" / "oracle.json").read_text())["auc"])
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path)
+    config = {k: v for k, v in SMALL.items() if k not in ("batch_size", "learning_rate")}
+    result = run_training_step(str(tmp_path / "prep"), str(tmp_path / "model"),
+                               _params(sandbox, claim, "ctr-spec", epochs=3, batch_size=SMALL["batch_size"],
+                                       learning_rate=SMALL["learning_rate"], config=config),
+                               log=lambda line: None)
+    assert job_phase(sandbox.api(), sandbox.namespace, "ctr-spec") == "Completed"
+    assert result.attempts == 1
+    meta = json.loads((tmp_path / "model" / "model_meta.json").read_text())
+    assert meta["feature_spec"]["categorical"][1]["multivalued"] is True
+    auc = _evaluate_auc(tmp_path / "model", str(tmp_path / "prep"), tmp_path / "eval")
+    print(f"\nparquet spec on Volcano: test AUC {auc:.4f}, oracle {oracle:.4f}")
+    assert oracle - MAX_GAP < auc <= oracle + 0.01, (auc, oracle)
+
+
 @pytest.mark.parametrize("data_from", ["kfp-artifact", "step-upload"])
 def test_gang_trains_through_the_object_store(sandbox, tmp_path, planted, s3_server, s3_bucket, monkeypatch,
                                               data_from):
