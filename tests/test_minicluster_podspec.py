@@ -189,6 +189,14 @@ def test_a_host_service_is_a_headless_service_the_pods_resolve_by_name():
         hostservice.HostService("br", "x", 256, 1)
 
 
+def test_a_trailing_shell_comment_is_not_a_pip_argument(tmp_path):
+    """``RUN pip install a \\ b  # why``: /bin/sh drops the comment, so the image's venv must too
+    (it once handed '#' to pip, and every cluster test failed building the trainer image)."""
+    df_path = tmp_path / "Dockerfile"
+    df_path.write_text('FROM python:3.11-slim\nRUN pip install "a==1" \\\n    "b==2"   # b: why it is here\n')
+    assert image_env.parse_dockerfile(df_path).pip_args == (("a==1", "b==2"),)
+
+
 def test_trainer_dockerfile_is_read_for_its_pins_and_defaults():
     df = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
     assert df.base_python == "3.11"

@@ -137,7 +137,7 @@ def parse_dockerfile(path: Path) -> Dockerfile:
             base = match.group(1)
         elif instr == "RUN":
             for command in re.split(r"\s*&&\s*", args):
-                words = shlex.split(command)
+                words = shlex.split(command, comments=True)   # as /bin/sh -c reads it
                 if words[:2] == ["pip", "install"] or words[:4] == ["python", "-m", "pip", "install"]:
                     pips.append(tuple(words[words.index("install") + 1:]))
                     pip_dirs.append(workdir or "/")
