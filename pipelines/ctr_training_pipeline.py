@@ -34,6 +34,7 @@ from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
 from components.train import train_ctr
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_volcano.training.params import DEFAULT_PVC_NAME, PVC_MOUNT_PATH
+from ctr_volcano.training.store_access import KFP_ACCESS_KEY_KEY, KFP_ARTIFACT_SECRET, KFP_SECRET_KEY_KEY
 from ctr_volcano.training.task_config import MIN_KFP_BACKEND
 from pipelines.legacy_kfp import without_task_config
 
@@ -144,6 +145,10 @@ def ctr_training_pipeline(
         train = _train_ctr_legacy(**common, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu,
                                   memory=memory)
         kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)  # ignored by kfp.local
+    # With artifact_store="s3" this step reads the prep output from KFP's store itself: its keys
+    # from KFP's own Secret, where there is one (optional: the PVC hand-off needs none)
+    kubernetes.use_secret_as_env(train, secret_name=KFP_ARTIFACT_SECRET, secret_key_to_env={
+        KFP_ACCESS_KEY_KEY: "AWS_ACCESS_KEY_ID", KFP_SECRET_KEY_KEY: "AWS_SECRET_ACCESS_KEY"}, optional=True)
     train.set_display_name("train (parameter server)")
     evaluation = evaluate_ctr(model=train.outputs["model"], test_data=prep.outputs["test_data"],
                               threshold=threshold)
