@@ -145,10 +145,11 @@ def ctr_training_pipeline(
         train = _train_ctr_legacy(**common, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu,
                                   memory=memory)
         kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)  # ignored by kfp.local
-    # With artifact_store="s3" this step reads the prep output from KFP's store itself: its keys
-    # from KFP's own Secret, where there is one (optional: the PVC hand-off needs none)
+    # With artifact_store="s3" this step reads the prep output from KFP's store itself, with KFP's
+    # own keys: the Secret KFP's launcher needs in the run's namespace anyway. Not `optional`: a
+    # 2.14 API server refuses that field ("unknown field optional") at run creation.
     kubernetes.use_secret_as_env(train, secret_name=KFP_ARTIFACT_SECRET, secret_key_to_env={
-        KFP_ACCESS_KEY_KEY: "AWS_ACCESS_KEY_ID", KFP_SECRET_KEY_KEY: "AWS_SECRET_ACCESS_KEY"}, optional=True)
+        KFP_ACCESS_KEY_KEY: "AWS_ACCESS_KEY_ID", KFP_SECRET_KEY_KEY: "AWS_SECRET_ACCESS_KEY"})
     train.set_display_name("train (parameter server)")
     evaluation = evaluate_ctr(model=train.outputs["model"], test_data=prep.outputs["test_data"],
                               threshold=threshold)

@@ -82,11 +82,11 @@ def test_pipeline_shape_and_gate():
     assert train_inputs["workspace_path"]["runtimeValue"]["constant"] == "{{$.workspace_path}}"
     assert "pvc_name" not in train_inputs and "pvc_name" not in spec["root"]["inputDefinitions"]["parameters"]
     kube = platform["platforms"]["kubernetes"]
-    # no named claim to create or mount; only KFP's store keys for artifact_store="s3", optional
+    # no named claim to create or mount; only KFP's store keys for artifact_store="s3"
     assert kube["deploymentSpec"]["executors"] == {"exec-train-ctr": {"secretAsEnv": [{
         "keyToEnv": [{"envVar": "AWS_ACCESS_KEY_ID", "secretKey": "accesskey"},
                      {"envVar": "AWS_SECRET_ACCESS_KEY", "secretKey": "secretkey"}],
-        "optional": True, "secretName": "mlpipeline-minio-artifact",
+        "secretName": "mlpipeline-minio-artifact",
         "secretNameParameter": {"runtimeValue": {"constant": "mlpipeline-minio-artifact"}}}]}}
     workspace = kube["pipelineConfig"]["workspace"]
     assert workspace["kubernetes"]["pvcSpecPatch"]["accessModes"] == ["ReadWriteMany"]  # 2.17 requires it
