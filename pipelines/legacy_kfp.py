@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["without_task_config"]
+__all__ = ["without_task_config", "drop_fields_old_backends_refuse"]
 
 
 def without_task_config(component: Any) -> Any:
@@ -32,3 +32,25 @@ def without_task_config(component: Any) -> Any:
                    if not type_utils.is_task_config_type(inp.type)}
     spec.task_config_passthroughs = None
     return python_component.PythonComponent(component_spec=spec, python_func=component.python_func)
+
+
+def drop_fields_old_backends_refuse(package: str) -> None:
+    """Rewrite the compiled package at ``package`` without the platform-spec fields a 2.14 API
+    server does not know.
+
+    Why: kfp-kubernetes 2.17.3 writes ``optional: false`` into every ``secretAsEnv`` entry, and a
+    2.14.3 API server refuses the whole run at creation ("failed to unmarshal kubernetes config:
+    unknown field \"optional\""). ``false`` is the field's default, so dropping it changes nothing.
+    """
+    import yaml
+
+    with open(package, encoding="utf-8") as fh:
+        docs = list(yaml.safe_load_all(fh))
+    for doc in docs[1:]:
+        executors = doc.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
+        for config in executors.values():
+            for secret in config.get("secretAsEnv", []):
+                if secret.get("optional") is False:
+                    del secret["optional"]
+    with open(package, "w", encoding="utf-8") as fh:
+        yaml.safe_dump_all(docs, fh, sort_keys=True)

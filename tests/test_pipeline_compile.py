@@ -86,7 +86,7 @@ def test_pipeline_shape_and_gate():
     assert kube["deploymentSpec"]["executors"] == {"exec-train-ctr": {"secretAsEnv": [{
         "keyToEnv": [{"envVar": "AWS_ACCESS_KEY_ID", "secretKey": "accesskey"},
                      {"envVar": "AWS_SECRET_ACCESS_KEY", "secretKey": "secretkey"}],
-        "secretName": "mlpipeline-minio-artifact",
+        "optional": False, "secretName": "mlpipeline-minio-artifact",
         "secretNameParameter": {"runtimeValue": {"constant": "mlpipeline-minio-artifact"}}}]}}
     workspace = kube["pipelineConfig"]["workspace"]
     assert workspace["kubernetes"]["pvcSpecPatch"]["accessModes"] == ["ReadWriteMany"]  # 2.17 requires it
@@ -158,3 +158,17 @@ def test_legacy_kfp_needs_an_out_dir():
     proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "compile", "--legacy-kfp"], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "--out-dir" in proc.stderr
+
+
+def test_the_legacy_variant_has_no_field_a_2_14_server_refuses(tmp_path):
+    """kfp-kubernetes writes ``optional: false`` into each ``secretAsEnv``; a 2.14.3 API server
+    refused the run for it ("unknown field \"optional\""), so the legacy YAML drops it."""
+    import yaml
+
+    from ctr_volcano.app.compile import compile_all
+
+    compile_all(str(tmp_path), legacy=True)
+    docs = list(yaml.safe_load_all((tmp_path / "ctr_training_pipeline.yaml").read_text()))
+    secrets = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-ctr"]["secretAsEnv"]
+    assert secrets and all("optional" not in s for s in secrets)
+    assert secrets[0]["secretName"] == "mlpipeline-minio-artifact"

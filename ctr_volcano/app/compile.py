@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 from ctr_volcano.app.catalogue import PIPELINES, SOURCE_ROOT, pipeline_func
 from ctr_volcano.errors import BadInput
 from ctr_volcano.training.task_config import MIN_KFP_BACKEND
+from pipelines.legacy_kfp import drop_fields_old_backends_refuse
 
 __all__ = ["compiled_files", "compile_all"]
 
@@ -61,5 +62,7 @@ def compile_all(out_dir: Optional[str] = None, legacy: bool = False) -> List[str
         dst = Path(out_dir) / Path(rel).name if out_dir else root / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         compiler.Compiler().compile(func, str(dst))
+        if legacy:
+            drop_fields_old_backends_refuse(str(dst))
         written.append(str(dst))
     return written

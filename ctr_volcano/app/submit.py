@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 from ctr_volcano.app.catalogue import PIPELINES, check_param_names, pipeline_func
 from ctr_volcano.errors import BadInput, TransientError
 from ctr_volcano.training.task_config import MIN_KFP_BACKEND
+from pipelines.legacy_kfp import drop_fields_old_backends_refuse
 
 __all__ = ["submit", "check_kfp_host", "default_submit_pipeline", "LEGACY_KFP_HINT"]
 
@@ -208,6 +209,8 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
     with tempfile.TemporaryDirectory(prefix="ctr-submit-") as tmp:
         package = os.path.join(tmp, f"{PIPELINES[pipeline][1]}.yaml")
         compiler.Compiler().compile(func, package)
+        if legacy:
+            drop_fields_old_backends_refuse(package)
         hint = LEGACY_KFP_HINT if _needs_task_config(package) else ""
         with _kfp_call(host, "upload", hint):
             pipeline_id, version_id, version_name = _upload(client, package, namespace, pipeline)
