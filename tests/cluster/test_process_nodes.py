@@ -225,9 +225,21 @@ class GangSampler:
         self._thread.join(5)
 
     def live(self, role: str = "", index: str = "") -> List[int]:
+        """The roles' own processes: not their pods' PID 1, the supervisor that passes SIGTERM on
+        (``ctr_model.pid1``) and carries the same environment."""
         items = [f"CTR_JOB_ID={self.job}"] + ([f"CTR_ROLE={role}"] if role else []) + (
             [f"VC_TASK_INDEX={index}"] if index else [])
-        return processes_with_env(*items)
+        return [pid for pid in processes_with_env(*items) if not _is_pod_init(pid)]
+
+
+def _is_pod_init(pid: int) -> bool:
+    """Whether ``pid`` is PID 1 of its own PID namespace (a container's first process)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+    return len(nspid) > 1 and nspid[-1] == "1"
 
 
 def _params(sandbox, claim: Optional[Path], job: str, **over):
