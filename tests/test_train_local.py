@@ -202,7 +202,7 @@ def test_trainer_fails_clearly_when_the_pservers_never_serve(planted, tmp_path):
 
 @pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
                     reason="needs unshare(1) as root to make the role PID 1 of its own PID namespace")
-def test_sigterm_ends_a_serving_pserver_that_is_pid_1(tmp_path):
+def test_sigterm_ends_a_serving_pserver_that_is_pid_1(planted, tmp_path):
     """As in a pod: the role is PID 1 of its PID namespace, where the kernel drops a SIGTERM from
     outside unless PID 1 has a handler, and a serving pserver's main thread is inside C++. It exits
     143 within seconds, not after the grace period."""
@@ -210,7 +210,7 @@ def test_sigterm_ends_a_serving_pserver_that_is_pid_1(tmp_path):
     from ctr_volcano.training.local.gang import find_free_ports
 
     port = find_free_ports(1, consecutive=2)[0]
-    env = _pod_env(tmp_path, "pserver", 0, port)
+    env = _pod_env(tmp_path, "pserver", 0, port, data_dir=planted[0])   # pservers read its spec
     ns = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "ctr_model.train"],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
