@@ -224,6 +224,10 @@ def test_sigterm_ends_a_serving_pserver_that_is_pid_1(planted, tmp_path):
         out, _ = ns.communicate(timeout=60)
     finally:
         if ns.poll() is None:
+            # the namespace's PID 1 first: SIGKILL to it ends every process inside; killing only
+            # unshare(1) left the pserver and its rendezvous child running
+            for pid in Path(f"/proc/{ns.pid}/task/{ns.pid}/children").read_text().split():
+                os.kill(int(pid), signal.SIGKILL)
             ns.kill()
             ns.wait()
     assert time.monotonic() - started < 10

@@ -11,7 +11,6 @@ from typing import Any, Dict, List, Optional
 from ctr_volcano.app.catalogue import PIPELINES, SOURCE_ROOT, pipeline_func
 from ctr_volcano.errors import BadInput
 from ctr_volcano.training.task_config import MIN_KFP_BACKEND
-from pipelines.legacy_kfp import drop_fields_old_backends_refuse
 
 __all__ = ["compiled_files", "compile_all"]
 
@@ -49,7 +48,6 @@ def compile_all(out_dir: Optional[str] = None, legacy: bool = False) -> List[str
     Returns:
         The paths written.
     """
-    from kfp import compiler
 
     root = SOURCE_ROOT
     if legacy and out_dir is None:
@@ -61,8 +59,18 @@ def compile_all(out_dir: Optional[str] = None, legacy: bool = False) -> List[str
     for rel, func in compiled_files(legacy).items():
         dst = Path(out_dir) / Path(rel).name if out_dir else root / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        compiler.Compiler().compile(func, str(dst))
-        if legacy:
-            drop_fields_old_backends_refuse(str(dst))
+        compile_package(func, str(dst), legacy)
         written.append(str(dst))
     return written
+
+
+def compile_package(func: Any, path: str, legacy: bool) -> None:
+    """Compile ``func`` (a pipeline or component) to the YAML package ``path``; for ``legacy``
+    backends (< 2.15) without the platform fields they refuse (:mod:`pipelines.legacy_kfp`)."""
+    from kfp import compiler
+
+    from pipelines.legacy_kfp import drop_fields_old_backends_refuse
+
+    compiler.Compiler().compile(func, path)
+    if legacy:
+        drop_fields_old_backends_refuse(path)

@@ -17,7 +17,6 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 from ctr_volcano.app.catalogue import PIPELINES, check_param_names, pipeline_func
 from ctr_volcano.errors import BadInput, TransientError
 from ctr_volcano.training.task_config import MIN_KFP_BACKEND
-from pipelines.legacy_kfp import drop_fields_old_backends_refuse
 
 __all__ = ["submit", "check_kfp_host", "default_submit_pipeline", "LEGACY_KFP_HINT"]
 
@@ -192,7 +191,9 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
             refused (the message names the step and quotes the server's reason).
         TransientError: the server stopped answering in the middle of the submit.
     """
-    from kfp import Client, compiler
+    from kfp import Client
+
+    from ctr_volcano.app.compile import compile_package
 
     pipeline = pipeline or default_submit_pipeline(cron)
     func = pipeline_func(pipeline, legacy)
@@ -208,9 +209,7 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
             client = Client(host=host, namespace=namespace or "kubeflow")
     with tempfile.TemporaryDirectory(prefix="ctr-submit-") as tmp:
         package = os.path.join(tmp, f"{PIPELINES[pipeline][1]}.yaml")
-        compiler.Compiler().compile(func, package)
-        if legacy:
-            drop_fields_old_backends_refuse(package)
+        compile_package(func, package, legacy)
         hint = LEGACY_KFP_HINT if _needs_task_config(package) else ""
         with _kfp_call(host, "upload", hint):
             pipeline_id, version_id, version_name = _upload(client, package, namespace, pipeline)
