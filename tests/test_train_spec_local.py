@@ -24,10 +24,11 @@ LAYOUTS = {"csv-header": {"format": "csv", "header": True},
            "tsv-columns": {"format": "tsv",
                            "columns": ["clicked", "price", "age", "visits", "user", "items", "site", "other"]},
            "parquet-list": {"format": "parquet"}}
-#: Measured 2026-12-02: 0.018-0.020 below the oracle (0.8299) for all three layouts (80k training rows,
-#: 3 epochs of the SMALL model) on a quiet box, 0.031 (parquet-list) in a fresh-clone CI run on the
-#: loaded one, 0.023 on Volcano; the margin absorbs that run-to-run noise of the asynchronous gang.
-MAX_GAP = 0.04
+#: The issue's bar. Measured 2026-12-03 (80k training rows, 3 epochs of the SMALL model, a fresh-clone
+#: CI run loading the other core): csv-header 0.8202, tsv-columns 0.8206, parquet-list 0.8206 against
+#: the oracle's 0.8320 (gaps 0.011-0.012). Before gen-data planted the dense effect on the value the
+#: learner sees (an empty field as its fill), the gap was 0.018-0.020 and 0.031 under load.
+MAX_GAP = 0.02
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ so a training run on the spec is judged by how close it gets.
 
 The planted model: per dense feature a raw value (non-negative long-tailed integers for the
 ``criteo`` transform, log-normal for ``log1p``, normal otherwise, 5% empty) whose log-odds effect is
-linear in the standardised transformed value; per categorical feature a vocabulary of 300 ids
+linear in the standardised transformed value of what the learner sees (an empty field as the
+feature's ``fill``, so the oracle is reachable: an effect of a value the data hides is not); per categorical feature a vocabulary of 300 ids
 (text ``<name>_<k>``, or integers for a Parquet single-valued feature, so both id kinds are used)
 with Zipf-like frequencies and a normal weight each, 3% empty; a multi-valued feature draws 0-6
 ids and adds the mean of their weights (so ``mean`` pooling can represent it exactly). The log-odds
@@ -58,10 +59,11 @@ def _draw(spec: FeatureSpec, model: Dict[str, np.ndarray], rng: np.random.Genera
             x = np.round(rng.lognormal(1.0, 1.0, n), 3)
         else:
             x = np.round(rng.normal(40.0, 12.0, n), 3)
-        t = np.log1p(np.maximum(x, 0)) if d.transform in ("criteo", "log1p") else x
-        logit += model[d.name][0] * (t - t.mean()) / (t.std() or 1.0)
         x[rng.random(n) < 0.05] = np.nan
         raw[d.name] = x
+        seen = np.where(np.isnan(x), 0.0 if d.transform == "criteo" else d.fill, x)
+        t = np.log1p(np.maximum(seen, 0)) if d.transform in ("criteo", "log1p") else seen
+        logit += model[d.name][0] * (t - t.mean()) / (t.std() or 1.0)
     for c in spec.categorical:
         w = model[c.name]
         if c.multivalued:
