@@ -15,13 +15,18 @@ Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least
   checked row for row against ours on a sample (``--check-sample``: rows whose XOR of the 26 ids is
   0 modulo it), same ids and same float32 bits, per split;
 * (c) naive: a line-by-line Python prep (split, ``int()``, ``log1p``, per-value hash, write TSV) on
-  the first ``--naive-mb`` MB.
+  the first ``--naive-mb`` MB;
+* (s) a feature spec's own layout (``--spec-mb`` MB of ``gen-data --feature-spec`` CSV in
+  :data:`prep_spec_peer.BENCH_SPEC`: a header, string ids, a multi-valued column, a ``standardize``
+  feature): ours (the generic path) against the polars peer of ``bench/prep_spec_peer.py``, then
+  checked row for row on a sample like the others.
 
 Each runs ``--repeat`` times, interleaved, best kept (the machine is shared). MB/s is input
 megabytes (10^6 bytes of TSV) per second of the work itself, timed inside each child (interpreter
 start-up and imports excluded, alike for all). The last line is ``RESULT ratio_floor=a/b
 ratio_polars=a/polars ratio_duckdb=a/duckdb ratio_naive=a/c peak_rss_mb=M cpu_ratio_floor=...
-cpu_ratio_polars=... cpu_ratio_duckdb=... mb_s_w1=... mb_s_w2=... agreement=pass|fail``. M is the
+cpu_ratio_polars=... cpu_ratio_duckdb=... mb_s_w1=... mb_s_w2=... ratio_polars_spec=s/polars
+cpu_ratio_polars_spec=... mb_s_spec=... agreement=pass|fail``. M is the
 peak memory of the worst run of (a), whatever its worker count: the larger of the child's own peak
 RSS and the peak, sampled every 50 ms, of the PSS summed over its whole process tree (the forked
 workers share pages with their parent, which a sum of RSS would count once per process).
@@ -29,7 +34,8 @@ workers share pages with their parent, which a sum of RSS would count once per p
 than wall time on a shared machine; above 1 means we use less); ``mb_s_wN`` is ours at N workers.
 The exit code is 1 if a peer disagrees with ours.
 
-Usage: ``python bench/prep.py [--gb 1.0] [--workdir /tmp/ctr_bench] [--repeat 2] [--workers 1,2]``
+Usage: ``python bench/prep.py [--gb 1.0] [--spec-mb 300] [--workdir /tmp/ctr_bench] [--repeat 2]
+[--workers 1,2]`` (``--spec-mb 0`` skips (s))
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ import time
 
 from gang_probe import sample_tree_memory  # sibling modules: the script's own directory is on sys.path
 from prep_peers import compare_outputs
+from prep_spec_peer import BENCH_SPEC, compare_spec_outputs
 
 ROWS_PER_GB = 4_150_000  # ~241 bytes per generated line
 
@@ -93,6 +100,18 @@ import sys, json, time
 from ctr_volcano.data.prep import PrepConfig, prep
 start = time.monotonic()
 stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(workers=int(sys.argv[3])))
+seconds = time.monotonic() - start
+counts = {k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_rejected")}
+print(json.dumps(counts), seconds, sep="\n")
+"""
+
+OURS_SPEC_CODE = r"""
+import sys, json, time
+from ctr_model.feature_spec import load_spec
+from ctr_volcano.data.prep import PrepConfig, prep
+spec = load_spec(sys.argv[1])
+start = time.monotonic()
+stats = prep(sys.argv[3:], sys.argv[2], PrepConfig(), spec=spec)
 seconds = time.monotonic() - start
 counts = {k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_rejected")}
 print(json.dumps(counts), seconds, sep="\n")
@@ -170,6 +189,77 @@ def _ensure_input(workdir: str, gb: float) -> str:
         rows = int(rows * want / os.path.getsize(path) * 1.01) + 1000
 
 
+SPEC_BYTES_PER_ROW = 59  # a generated BENCH_SPEC row, header aside
+
+
+def _ensure_spec_input(workdir: str, mb: float):
+    """(spec path, input files) of the cached ``gen-data --feature-spec`` CSV of >= ``mb`` MB."""
+    spec_path = os.path.join(workdir, "spec.json")
+    raw_dir = os.path.join(workdir, "raw_spec")
+    want = int(mb * 1e6)
+    with open(spec_path, "w", encoding="utf-8") as fh:
+        json.dump(BENCH_SPEC, fh)
+
+    def files():
+        return sorted(os.path.join(raw_dir, f) for f in os.listdir(raw_dir) if f.endswith(".csv"))
+
+    if os.path.isdir(raw_dir) and sum(map(os.path.getsize, files())) >= want \
+            and _same_spec(raw_dir):
+        return spec_path, files()
+    shutil.rmtree(raw_dir, ignore_errors=True)
+    rows = int(want / SPEC_BYTES_PER_ROW * 1.02) + 1000
+    print(f"generating {rows} rows of the spec's layout into {raw_dir} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "gen-data", "--feature-spec",
+                    spec_path, "--rows", str(rows), "--files", "2", "--out", raw_dir, "--seed", "1",
+                    "--oracle-rows", "20000"], check=True)
+    return spec_path, files()
+
+
+def _same_spec(raw_dir: str) -> bool:
+    from ctr_model.feature_spec import spec_from_dict
+
+    try:
+        with open(os.path.join(raw_dir, "oracle.json"), encoding="utf-8") as fh:
+            made = json.load(fh)["feature_spec"]
+    except (OSError, KeyError, ValueError):
+        return False
+    return made == spec_from_dict(BENCH_SPEC).to_dict()
+
+
+def _spec_runs(args, peer_dir: str) -> dict:
+    """(s): ours and the polars peer on the spec's CSV, interleaved, and the agreement check."""
+    from ctr_model.feature_spec import spec_from_dict
+
+    spec_path, files = _ensure_spec_input(args.workdir, args.spec_mb)
+    size_mb = sum(map(os.path.getsize, files)) / 1e6
+    print(f"spec input: {len(files)} CSV files ({size_mb:.0f} MB)", flush=True)
+    times = {"ours": [], "polars": []}
+    cpu = {"ours": [], "polars": []}
+    ours_dir, theirs_dir = os.path.join(args.workdir, "ours_spec"), os.path.join(args.workdir, "polars_spec")
+    for i in range(args.repeat):
+        shutil.rmtree(ours_dir, ignore_errors=True)
+        _, out, peak = _run_rss(OURS_SPEC_CODE, spec_path, ours_dir, *files)
+        counts_line, t = out.splitlines()
+        times["ours"].append(float(t))
+        cpu["ours"].append(_run_rss.last_cpu)
+        print(f"  run {i + 1}: ours spec   {size_mb / float(t):7.1f} MB/s ({float(t):.1f} s, "
+              f"{_run_rss.last_cpu:.1f} CPU s, peak memory {peak:.0f} MB, {counts_line})", flush=True)
+        _, out, ppeak = _run_argv_rss([sys.executable, os.path.join(peer_dir, "prep_spec_peer.py"),
+                                       spec_path, theirs_dir, *files])
+        t = float(out.split()[-1])
+        times["polars"].append(t)
+        cpu["polars"].append(_run_rss.last_cpu)
+        print(f"  run {i + 1}: polars spec {size_mb / t:7.1f} MB/s ({t:.1f} s, "
+              f"{_run_rss.last_cpu:.1f} CPU s, peak RSS {ppeak:.0f} MB)", flush=True)
+    check = compare_spec_outputs(spec_from_dict(BENCH_SPEC), ours_dir, theirs_dir, args.check_sample)
+    verdict = (f"agree on {check['rows_checked']} sampled rows" if check["ok"]
+               else "DISAGREE: " + "; ".join(check["problems"]))
+    ours_mb_s, polars_mb_s = size_mb / min(times["ours"]), size_mb / min(times["polars"])
+    print(f"(s) spec: ours {ours_mb_s:.1f} MB/s, polars {polars_mb_s:.1f} MB/s ({verdict})")
+    return {"ok": check["ok"], "result": f" ratio_polars_spec={ours_mb_s / polars_mb_s:.3f}"
+            f" cpu_ratio_polars_spec={min(cpu['polars']) / min(cpu['ours']):.3f} mb_s_spec={ours_mb_s:.1f}"}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.0, help="input size in GB (default 1.0)")
@@ -180,6 +270,8 @@ def main(argv=None) -> int:
                     help="agreement check: compare the rows whose id XOR is 0 mod this power of "
                          "two (1: every row; default 64)")
     ap.add_argument("--peers", default="polars,duckdb", help="peers to run (default both)")
+    ap.add_argument("--spec-mb", type=float, default=300.0,
+                    help="size in MB of the feature-spec CSV for (s) (default 300; 0 skips it)")
     ap.add_argument("--workers", default=None,
                     help="comma-separated worker counts to run ours at (default: 1, 2 and the "
                          "cores available); the ratios use the largest, prep's default")
@@ -278,8 +370,12 @@ def main(argv=None) -> int:
     print(f"CPU seconds (least of {args.repeat}): "
           + ", ".join(f"{k} {min(v):.2f}" for k, v in cpu.items()))
     per_workers = "".join(f" mb_s_w{w}={size_mb / min(ts):.1f}" for w, ts in ours_by_workers.items())
+    spec = {"ok": True, "result": ""}
+    if args.spec_mb > 0:
+        spec = _spec_runs(args, os.path.dirname(peer_script))
+    agree &= spec["ok"]
     print(f"RESULT ratio_floor={a / b:.3f}{ratios} ratio_naive={a / c:.1f} "
-          f"peak_rss_mb={max(rss):.0f}{cpu_ratios}{per_workers} "
+          f"peak_rss_mb={max(rss):.0f}{cpu_ratios}{per_workers}{spec['result']} "
           f"agreement={'pass' if agree else 'fail'}")
     return 0 if agree else 1
 

@@ -80,7 +80,8 @@ def test_criteo_preset_tables_are_todays(sample_dir, tmp_path):
 
 def test_csv_with_header_rejects_by_reason_and_matches_the_reference(tmp_path):
     rows = _rows()
-    bad = ["2,1,1,1,u,i,x", "1,abc,1,1,u,i,x", "1,1,1,1.5,u,i,x", "1,2", ""]
+    bad = ["2,1,1,1,u,i,x", "1,abc,1,1,u,i,x", "1,1,1,1.5,u,i,x", "1,2", "", "1,inf,1,1,u,i,x",
+           "0,1,NaN,1,u,i,x"]  # arrow's cast reads inf/NaN: prep's fast number path must not
     (tmp_path / "a.csv").write_text(",".join(COLUMNS) + "\n" + "\n".join(
         [_csv_line(r) for r in rows[:1000]] + bad + [_csv_line(r) for r in rows[1000:]]) + "\n")
     spec = spec_from_dict(dict(SPEC, format="csv", header=True))
@@ -89,10 +90,11 @@ def test_csv_with_header_rejects_by_reason_and_matches_the_reference(tmp_path):
     assert stats["rows_in"] == len(rows) + len(bad)
     assert stats["rows_train"] + stats["rows_test"] == len(rows)
     assert stats["rejected_by_reason"] == {"empty line": 1, "label not 0/1": 1,
-                                           "non-number in dense column": 2, "wrong field count": 1}
+                                           "non-number in dense column": 4, "wrong field count": 1}
     lines = {e["line"]: e["reason"] for e in stats["rejected_examples"]}
     assert lines[1002] == "label not 0/1: '2'" and "price: 'abc'" in lines[1003]
     assert "visits: '1.5'" in lines[1004] and "wrong field count" in lines[1005]
+    assert "price: 'inf'" in lines[1007] and "age: 'NaN'" in lines[1008]
     written = split_spec(F.check_split_schema(str(tmp_path / "out" / "train"), any_spec=True))
     age = written.dense[1]
     ages = np.array([float(r[2]) for r in rows])
