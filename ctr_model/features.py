@@ -58,7 +58,7 @@ __all__ = [
     "dense_transform", "dense_value", "parse_int_field", "column_salt", "column_salt_int", "hash_value",
     "hash_categorical", "hash_slot", "hash_slot_value",
     "transform_line", "arrow_schema", "validate_hash_buckets",
-    "read_split_schema", "check_split_schema", "expected_columns", "write_split_schema", "shard_files", "is_shard_name",
+    "read_split_schema", "check_split_schema", "check_schema_doc", "expected_columns", "write_split_schema", "shard_files", "is_shard_name",
 ]
 
 #: Bump whenever the columns, dtypes or transforms change.
@@ -503,7 +503,22 @@ def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None,
     Raises:
         SchemaMismatch: naming the directory, what was found, what was expected and the fix.
     """
-    doc = read_split_schema(split_dir)
+    doc = check_schema_doc(read_split_schema(split_dir), split_dir, expected_buckets, any_spec)
+    if not shard_files(split_dir):
+        raise SchemaMismatch(f"{split_dir}: {SCHEMA_FILE} present but no part-*.parquet shards; "
+                             f"re-run `ctr-volcano prep`")
+    return doc
+
+
+def check_schema_doc(doc: Dict[str, Any], split_dir: str, expected_buckets: Optional[int] = None,
+                     any_spec: bool = False) -> Dict[str, Any]:
+    """The checks of :func:`check_split_schema` on a schema document already read (from a
+    directory or from the object store, whose reader has no directory to list); ``split_dir``
+    names where it came from in the errors.
+
+    Raises:
+        SchemaMismatch: as :func:`check_split_schema`, shards aside.
+    """
     found = doc.get("schema_version")
     if found != SCHEMA_VERSION:
         raise SchemaMismatch(
@@ -523,7 +538,4 @@ def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None,
             f"{split_dir}: hash_buckets {doc.get('hash_buckets')!r} found, expected "
             f"{int(expected_buckets)}; set the model's hash_buckets to the data's, or re-run "
             f"`ctr-volcano prep --hash-buckets {int(expected_buckets)}`")
-    if not shard_files(split_dir):
-        raise SchemaMismatch(f"{split_dir}: {SCHEMA_FILE} present but no part-*.parquet shards; "
-                             f"re-run `ctr-volcano prep`")
     return doc

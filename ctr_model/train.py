@@ -309,10 +309,13 @@ def _pull_dense(fleet) -> None:
 
 def _data_features(spec: RoleSpec) -> Optional[FeatureSpec]:
     """A pserver's view of the data's feature spec, which shapes the program it serves (the dense
-    layers' widths): read from the training split's ``schema.json`` on a volume; data in a store is
-    the Criteo layout (its reader refuses any other)."""
+    layers' widths): read from the training split's ``schema.json``, on a volume or in the store
+    (only that file is read there)."""
     if s3.is_uri(spec.data_dir):
-        return None
+        from ctr_model.data import trainable_features
+
+        src, _, schema = wsp.remote_split(s3.Store(s3.StoreConfig.from_env()), spec.data_dir, "train")
+        return trainable_features(schema, src)
     return resolve_split(spec.data_dir, "train").features
 
 

@@ -279,7 +279,7 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
             no shards.
     """
     from ctr_model.data import DataError
-    from ctr_model.features import RAW_COLUMNS, SCHEMA_FILE, SCHEMA_VERSION, is_shard_name
+    from ctr_model.features import SCHEMA_FILE, SchemaMismatch, check_schema_doc, is_shard_name
 
     client.check_prefix(data_uri)
     candidate = s3.join(data_uri, split)
@@ -296,12 +296,13 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
         schema = json.loads(client.read_bytes(s3.join(src, SCHEMA_FILE)) or b"")
     except ValueError:
         schema = None
-    if not isinstance(schema, dict) or schema.get("schema_version") != SCHEMA_VERSION \
-            or list(schema.get("columns") or []) != list(RAW_COLUMNS):
-        found = schema.get("schema_version") if isinstance(schema, dict) else "unreadable"
-        raise DataError(f"{src}/{SCHEMA_FILE}: schema_version {found!r}, columns as written by "
-                        f"another version; this code expects {SCHEMA_VERSION}: re-run `ctr-volcano "
-                        f"prep` with this version")
+    if not isinstance(schema, dict):
+        raise DataError(f"{src}/{SCHEMA_FILE}: unreadable (not a JSON object): re-run `ctr-volcano prep` "
+                        f"and upload its output as is")
+    try:
+        check_schema_doc(schema, src, any_spec=True)
+    except SchemaMismatch as exc:
+        raise DataError(str(exc)) from None
     remote = sorted(n for n, is_dir in client.list(src) if not is_dir and is_shard_name(n))
     if not remote:
         raise DataError(f"{src} has no part-*.parquet shards: re-run `ctr-volcano prep`")
@@ -318,7 +319,7 @@ def stage_split(client: "s3.Store", data_uri: str, split: str, local_dir: str,
     separate so a trainer can overlap it with Paddle's start-up. A prefix that is not a prep output,
     or of another schema version, is refused before anything is downloaded.
     """
-    from ctr_model.data import SplitInfo
+    from ctr_model.data import SplitInfo, trainable_features
     from ctr_model.features import SCHEMA_FILE
 
     found = remote_split(client, data_uri, split)
@@ -337,7 +338,8 @@ def stage_split(client: "s3.Store", data_uri: str, split: str, local_dir: str,
         return list(files)
 
     info = SplitInfo(path=src, hash_buckets=int(schema.get("hash_buckets", 0)),
-                     rows=int(schema.get("rows", -1)), files=files)
+                     rows=int(schema.get("rows", -1)), files=files,
+                     features=trainable_features(schema, src))
     return info, len(remote), download
 
 

@@ -237,3 +237,29 @@ def test_evaluate_unlabelled_data_and_missing_model_are_clear(tmp_path):
     with pytest.raises(BadInput) as info:
         ev.evaluate(str(tmp_path / "empty-model"), str(tmp_path / "test"), str(tmp_path / "out"))
     assert info.value.field == "model" and "model_meta.json" in str(info.value)
+
+
+def test_feature_table_names_a_specs_features_and_prep_missing_rates():
+    from ctr_model.feature_spec import spec_from_dict
+    from ctr_volcano.evaluation.feature_table import feature_rows, model_spec
+
+    spec = spec_from_dict({"format": "csv", "header": True, "label": "y",
+                           "dense": [{"name": "price", "transform": "log1p", "fill": 1},
+                                     {"name": "age", "transform": "standardize", "mean": 38.5, "std": 12.0}],
+                           "categorical": [{"name": "user", "hash_buckets": 5003, "embedding_dim": 8},
+                                           {"name": "tags", "multivalued": True, "pooling": "mean",
+                                            "max_length": 5}]})
+    rows = feature_rows(spec, {"price": 0.05, "tags": 0.25})
+    assert [(r["name"], r["kind"]) for r in rows] == [("price", "dense"), ("age", "dense"),
+                                                      ("user", "categorical"), ("tags", "categorical")]
+    assert rows[0]["transform"] == "log1p, empty -> 1" and rows[0]["missing_rate"] == 0.05
+    assert rows[1]["transform"] == "standardize (mean 38.5, std 12)" and rows[1]["missing_rate"] is None
+    assert rows[2]["ids"] == 5003 and rows[2]["embedding_dim"] == 8
+    assert rows[3]["transform"] == "multi-valued, mean of up to 5"
+    criteo = feature_rows(model_spec({"hash_buckets": 1000}), None, criteo_dim=4)
+    assert [r["name"] for r in criteo][:2] == ["I1", "I2"] and criteo[13]["name"] == "C1"
+    assert criteo[13]["ids"] == 1000 and criteo[13]["embedding_dim"] == 4
+    m = ev.compute_metrics(*_fixed_predictions(n=500))
+    m["features"] = rows
+    page = ev.render_report(m)
+    assert "<h2>Features</h2>" in page and "<th>tags</th><td>categorical</td>" in page and "25.00%" in page

@@ -6,6 +6,7 @@ boundary with one line, exit 2, in seconds.
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -168,6 +169,39 @@ def test_killed_trainer_resumes_from_the_store(planted_uri, s3_bucket, store_cli
     for i in (0, 1):
         log = (tmp_path / "w" / "gang" / "attempt-2" / f"pserver-{i}.log").read_text()
         assert f"fetched {out}/checkpoints/epoch-" in log, log[-2000:]
+
+
+@pytest.mark.slow
+def test_gang_trains_a_feature_spec_from_the_store(s3_bucket, store_client, store_env, job_id, tmp_path):
+    """Data prepped with a feature spec (Parquet with a list column) trains from the store: every
+    role, pservers included, reads the spec from the store's ``schema.json``, nothing else travels."""
+    import json
+
+    from tests.test_train_spec_local import FEATURES, LAYOUTS, MAX_GAP
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(dict(FEATURES, **LAYOUTS["parquet-list"])))
+    assert main(["gen-data", "--feature-spec", str(spec), "--rows", "100000", "--files", "2", "--seed", "3",
+                 "--out", str(tmp_path / "raw"), "--oracle-rows", "100000"]) == 0
+    assert main(["prep", "--feature-spec", str(spec), "--input", str(tmp_path / "raw"), "--out",
+                 str(tmp_path / "prep"), "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2"]) == 0
+    data = s3.join(s3_bucket, "spec-prep")
+    store_client.upload(str(tmp_path / "prep"), data)
+    out = s3.join(s3_bucket, "spec-run")
+    result = train_local(data, str(tmp_path / "model"), {**SMALL, "epochs": 3}, max_retry=0,
+                         workdir=str(tmp_path / "w"), job_id=job_id, log=lambda m: None,
+                         output_dir=out, store_env=store_env)
+    oracle = json.loads((tmp_path / "raw" / "oracle.json").read_text())["auc"]
+    auc = result.metrics["test"]["auc"]
+    logging.getLogger(__name__).info("parquet-list from the store: test AUC %.4f, oracle %.4f", auc, oracle)
+    assert oracle - MAX_GAP < auc <= oracle + 0.01, (auc, oracle)
+    from ctr_model.infer import load_model
+
+    meta = load_model(result.model_dir).meta
+    assert [c["name"] for c in meta["feature_spec"]["categorical"]] == ["user", "items", "site"]
+    for i in (0, 1):   # the pservers served the spec's program (its dense width), read from the store
+        log = (tmp_path / "w" / "gang" / "attempt-1" / f"pserver-{i}.log").read_text()
+        assert "Traceback" not in log, log[-2000:]
 
 
 def test_gzip_files_travel_byte_for_byte(store_client, s3_bucket, tmp_path):

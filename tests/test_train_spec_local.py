@@ -58,6 +58,11 @@ def test_two_by_two_learns_a_planted_spec(layout, job_id, tmp_path):
                  "--out", str(tmp_path / "eval")]) == 0
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["auc"] == pytest.approx(test_auc, abs=1e-4)
+    features = {f["name"]: f for f in metrics["features"]}   # the report names the spec's features
+    assert list(features) == ["price", "age", "visits", "user", "items", "site"]
+    assert features["items"]["transform"] == "multi-valued, mean of up to 16"
+    assert 0.10 < features["items"]["missing_rate"] < 0.18   # gen-data leaves 1 in 7 lists empty
+    assert "<th>items</th>" in (tmp_path / "eval" / "report.html").read_text()
 
 
 @pytest.mark.slow

@@ -272,6 +272,15 @@ def render_report(metrics: Dict[str, Any], title: str = "CTR model evaluation") 
             (f"accuracy at threshold {metrics['threshold']:g}", f"{metrics['accuracy']:.4%}")]
     rows.extend((f"{k}", str(v)) for k, v in metrics.get("context", {}).items())
     summary = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+    features = "".join(
+        f"<tr><th>{e(f['name'])}</th><td>{e(f['kind'])}</td><td>{e(f['transform'])}</td>"
+        f"<td>{'' if f['ids'] is None else format(f['ids'], ',')}</td>"
+        f"<td>{'' if f['embedding_dim'] is None else f['embedding_dim']}</td>"
+        f"<td>{'' if f['missing_rate'] is None else format(f['missing_rate'], '.2%')}</td></tr>"
+        for f in metrics.get("features", []))
+    feature_table = ("<h2>Features</h2>\n<table><tr><th>feature</th><th>kind</th><th>transform</th>"
+                     "<th>ids</th><th>embedding dim</th><th>empty in prep</th></tr>\n"
+                     f"{features}</table>\n") if features else ""
     cal_rows = "".join(
         f"<tr><td>{c['bin']}</td><td>{c['rows']:,}</td><td>{c['mean_predicted']:.4%}</td>"
         f"<td>{c['observed_ctr']:.4%}</td><td>{c['min_predicted']:.4g} to {c['max_predicted']:.4g}</td></tr>"
@@ -295,7 +304,7 @@ th {{ background: #f4f4f4; text-align: left; }}
 <h2>Calibration by decile of predicted CTR</h2>
 <table><tr><th>decile</th><th>rows</th><th>mean predicted</th><th>observed</th><th>prediction range</th></tr>
 {cal_rows}</table>
-</body></html>
+{feature_table}</body></html>
 """
 
 
@@ -368,6 +377,23 @@ def _context(model_dir: str, split_dir: str, meta: Dict[str, Any]) -> Dict[str, 
     return ctx
 
 
+def _features(meta: Dict[str, Any], split_dir: str) -> List[Dict[str, Any]]:
+    """The report's feature table: the model's spec, with prep's missing rates when its
+    ``stats.json`` sits beside the split (a prep output root)."""
+    from ctr_volcano.evaluation.feature_table import feature_rows, model_spec
+
+    stats_path = os.path.join(os.path.dirname(os.path.abspath(split_dir)), "stats.json")
+    missing = None
+    if os.path.isfile(stats_path):
+        try:
+            with open(stats_path, encoding="utf-8") as fh:
+                missing = json.load(fh).get("missing_rate")
+        except (OSError, ValueError):
+            missing = None   # the table is informative; an unreadable stats file only drops a column
+    config = meta.get("config") or {}
+    return feature_rows(model_spec(meta), missing, config.get("embedding_dim"))
+
+
 def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 0.5,
              batch_size: int = DEFAULT_BATCH_SIZE, scorer: Any = None) -> Dict[str, Any]:
     """Score the test split with the exported model and write ``metrics.json`` and ``report.html``.
@@ -424,6 +450,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
                                           "the split is incomplete or was modified; re-run the prep step")
     metrics = compute_metrics(labels, probs, threshold=threshold)
     metrics["context"] = _context(model_dir, split_dir, meta)
+    metrics["features"] = _features(meta, split_dir)
     report_path = os.path.join(out_dir, "report.html")
     metrics.update({"model_dir": os.path.abspath(model_dir), "data_dir": os.path.abspath(split_dir),
                     "report": os.path.abspath(report_path)})

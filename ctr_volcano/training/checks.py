@@ -43,7 +43,7 @@ def check_train_data(data_path: str, trainers: int, *, field: str, client: Any =
     Raises:
         BadInput: naming ``field`` (missing, unreadable or mismatched data) or ``trainers``.
     """
-    from ctr_model.data import DataError, check_enough_shards, resolve_split
+    from ctr_model.data import DataError, check_enough_shards, resolve_split, trainable_features
     from ctr_model.features import SchemaMismatch
     from ctr_model.store import StoreError
     from ctr_model.train import check_test_split
@@ -52,7 +52,8 @@ def check_train_data(data_path: str, trainers: int, *, field: str, client: Any =
         if client is not None:
             from ctr_model.workspace import remote_split
 
-            where, shards, _schema = remote_split(client, data_path, "train")
+            where, shards, schema = remote_split(client, data_path, "train")
+            trainable_features(schema, where)   # a spec the trainer cannot train fails here, not in the gang
             found = TrainData(where=where, shards=len(shards), hash_buckets=0)
         else:
             split = resolve_split(data_path, "train")
