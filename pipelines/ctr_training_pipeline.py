@@ -95,7 +95,7 @@ def ctr_training_pipeline(
         shards: number of training-data shards; trainers take whole shards, so use a multiple of trainers.
         max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
         seed: seed of the train/test split.
-        feature_spec: the raw data's layout as a JSON feature spec (CSV/TSV/Parquet, named columns, multi-valued features; docs/features.md); empty means Criteo TSV. Training with "volcano" and data in an object store reads Criteo only so far.
+        feature_spec: the raw data's layout as a JSON feature spec (CSV/TSV/Parquet, named columns, multi-valued features; docs/features.md); empty means Criteo TSV.
         backend: where training runs: "volcano" (a Volcano Job of pservers and trainers) or "local" (the same gang as processes in the step's pod).
         pservers: parameter servers in the training gang.
         trainers: trainers in the training gang.
