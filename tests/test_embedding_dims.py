@@ -284,3 +284,24 @@ def test_two_by_two_learns_a_spec_of_two_dims(job_id, tmp_path):
     onnx_auc, rows = _onnx_auc(result.model_dir, prep, load_model(result.model_dir).features)
     assert rows == result.metrics["test"]["rows"]
     assert onnx_auc == pytest.approx(test_auc, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_warm_start_on_two_dims_loads_both_tables(job_id, tmp_path):
+    """The pservers load both tables of the init model's checkpoint: the warm first epoch starts
+    from a trained model (lower loss, higher AUC than the cold one), and the boundary check takes
+    the spec's dims (the config's ``embedding_dim`` 4 is not the data's)."""
+    from ctr_volcano.training.local.backend import train_local
+    from tests.gang_helpers import SMALL
+
+    prep, _oracle = _prep(tmp_path, GANG_SPEC)
+    cold = train_local(prep, str(tmp_path / "m1"), {**SMALL, "epochs": 1}, pservers=2, trainers=2,
+                       max_retry=0, workdir=str(tmp_path / "w1"), job_id=job_id)
+    warm = train_local(prep, str(tmp_path / "m2"), {**SMALL, "epochs": 1}, pservers=2, trainers=2,
+                       max_retry=0, workdir=str(tmp_path / "w2"), job_id=job_id + "-warm",
+                       init_model=cold.model_dir)
+    with open(os.path.join(os.path.dirname(warm.output_dir), "gang", "attempt-1", "trainer-0.log")) as fh:
+        assert f"warm start from {cold.model_dir}" in fh.read()
+    cold_e1, warm_e1 = cold.metrics["epochs"][0], warm.metrics["epochs"][0]
+    assert warm_e1["loss"] < cold_e1["loss"] - 0.01, (warm_e1, cold_e1)
+    assert warm_e1["auc_trainer0"] > cold_e1["auc_trainer0"] + 0.01, (warm_e1, cold_e1)

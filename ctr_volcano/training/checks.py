@@ -88,16 +88,19 @@ def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
                      data_hash_buckets: Optional[int], features: Any = None) -> None:
     """Refuse, as bad input, an init model the run described by ``config`` cannot continue.
 
-    ``hash_buckets`` follows the data when the config leaves it out, as in the trainers; ``features``
-    (:attr:`TrainData.features`) is compared feature by feature when given.
+    ``hash_buckets`` follows the data when the config leaves it out, and ``embedding_dim`` the first
+    sparse table's of the data's feature spec, as in the trainers; ``features``
+    (:attr:`TrainData.features`, ``None``: Criteo) is compared feature by feature.
     """
     from ctr_model.config import TrainConfig
     from ctr_model.features import SCHEMA_VERSION
+    from ctr_model.sparse_tables import sparse_tables
     from ctr_model.warm_start import WarmStartError, check_compatible, read_init_model
 
     full = TrainConfig.from_dict(config).to_dict()
     if "hash_buckets" not in config and data_hash_buckets:
         full["hash_buckets"] = data_hash_buckets
+    full["embedding_dim"] = sparse_tables(features, full["embedding_dim"])[0].dim
     try:
         check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION,
                          features.to_dict() if features is not None else None)
