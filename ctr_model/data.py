@@ -52,8 +52,7 @@ def _check_schema(split_dir: str) -> dict:
 
 def trainable_features(schema: dict, where: str) -> Optional[FeatureSpec]:
     """The feature spec a split's ``schema.json`` carries, if the trainer can train it (``None``
-    for the Criteo layout). The trainer keeps Criteo's one shared table, so every categorical
-    feature has the same ``embedding_dim``; at least one dense feature feeds the dense slot.
+    for the Criteo layout): at least one dense feature feeds the dense slot.
 
     Raises:
         DataError: an invalid embedded spec, or one the trainer cannot train (naming the feature).
@@ -67,12 +66,6 @@ def trainable_features(schema: dict, where: str) -> Optional[FeatureSpec]:
     if not spec.dense:
         raise DataError(f"{where}: the feature spec has no dense feature; the trainer needs at least "
                         f"one: add a numeric column to dense")
-    dims = {c.embedding_dim for c in spec.categorical}
-    if len(dims) > 1:
-        odd = next(c for c in spec.categorical if c.embedding_dim != spec.categorical[0].embedding_dim)
-        raise DataError(f"{where}: categorical feature {odd.name!r} has embedding_dim {odd.embedding_dim}, "
-                        f"{spec.categorical[0].name!r} has {spec.categorical[0].embedding_dim}: the trainer "
-                        f"shares one table, so give every feature the same embedding_dim")
     return spec
 
 

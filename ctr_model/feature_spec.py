@@ -80,7 +80,8 @@ class CategoricalFeature:
         name: its column in the input.
         hash_buckets: ids of this feature's embedding table (> the number of categorical features,
             whose first ids are the per-feature "empty" ids).
-        embedding_dim: width of this feature's embedding.
+        embedding_dim: width of this feature's embedding; features of one width share a sparse table
+            (:mod:`ctr_model.sparse_tables`).
         multivalued: a Parquet list column, or a CSV/TSV field split on ``separator``; its ids'
             embeddings are pooled with ``pooling``.
         separator: one character between the values of a multi-valued CSV/TSV field.

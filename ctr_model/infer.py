@@ -2,9 +2,11 @@
 
 The exported ``model/`` directory holds what the parameter-server run wrote (``dnn_plugin/`` dense
 files and the pservers' sparse-table text shards ``000/part-*.gz``) plus what trainer 0 adds at export:
-``dense.npz`` (the dense parameters pulled from the pservers), ``sparse.npz`` (the sparse table as
-sorted keys + embedding rows, parsed once from the text shards) and ``model_meta.json`` (which names
-the model family and its config). The network is small, and each family
+``dense.npz`` (the dense parameters pulled from the pservers), ``sparse.npz`` (each sparse table as
+sorted keys + embedding rows, parsed once from the text shards: ``keys``/``rows`` the first table's,
+``keys_<k>``/``rows_<k>`` table ``k``'s) and ``model_meta.json`` (which names the model family, its
+config and, under ``sparse_tables``, which features each table holds: one table per distinct
+``embedding_dim``, :mod:`ctr_model.sparse_tables`). The network is small, and each family
 (:mod:`ctr_model.models`) carries its forward pass in numpy: evaluation and serving need neither
 Paddle nor a cluster. Ids never seen in training score with a zero embedding,
 as the pservers' tiny random initialisation would, almost.
@@ -15,18 +17,19 @@ import glob
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.feature_spec import FeatureSpec, spec_from_dict
 from ctr_model.features import SCHEMA_VERSION
 from ctr_model.metrics import auc, logloss  # re-exported: part of this API
 from ctr_model.models import family
+from ctr_model.sparse_tables import SparseTable, tables_from_meta
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ModelError", "Scorer", "load_model", "read_sparse_table", "write_sparse_npz",
+__all__ = ["ModelError", "Scorer", "load_model", "read_sparse_table", "write_sparse_npz", "npz_names",
            "evaluate_files", "auc", "logloss", "MODEL_META", "DENSE_FILE", "SPARSE_FILE"]
 
 MODEL_META = "model_meta.json"
@@ -42,8 +45,15 @@ class ModelError(ValueError):
     """The model directory is incomplete or not ours; names the path and the fix."""
 
 
-def read_sparse_table(model_dir: str, dim: int):
-    """Parse the pservers' sparse-table shards into ``(sorted keys uint64, rows float32[n, dim])``.
+def npz_names(k: int) -> Tuple[str, str]:
+    """The names of table ``k``'s keys and rows in ``sparse.npz`` (the first table's as before tables
+    were several)."""
+    return ("keys", "rows") if k == 0 else (f"keys_{k}", f"rows_{k}")
+
+
+def read_sparse_table(model_dir: str, dim: int, table_id: int = 0):
+    """Parse the pservers' shards of sparse table ``table_id`` (the directory ``%03d`` Paddle saves it
+    in) into ``(sorted keys uint64, rows float32[n, dim])``.
 
     Read with pyarrow's CSV reader, not pandas: this runs in trainer 0 at export time, inside the
     trainer image, which holds paddle, numpy and pyarrow only (dockerfiles/Dockerfile.trainer).
@@ -52,9 +62,9 @@ def read_sparse_table(model_dir: str, dim: int):
     import pyarrow as pa
     from pyarrow import csv
 
-    files = sorted(glob.glob(os.path.join(model_dir, "000", "part-*")))
+    files = sorted(glob.glob(os.path.join(model_dir, f"{table_id:03d}", "part-*")))
     if not files:
-        raise ModelError(f"{model_dir}/000/ has no sparse-table shards: pass a model exported by "
+        raise ModelError(f"{model_dir}/{table_id:03d}/ has no sparse-table shards: pass a model exported by "
                          f"ctr-volcano train (its sparse.npz) or a checkpoint directory")
     cols = [0, _EMBED_W_COL] + list(range(_EMBEDX_COL, _EMBEDX_COL + dim - 1))
     names = [f"f{c}" for c in cols]
@@ -87,14 +97,25 @@ def read_sparse_table(model_dir: str, dim: int):
     return k[order], r[order]
 
 
-def write_sparse_npz(model_dir: str, dim: int, table_dir: Optional[str] = None) -> int:
+def write_sparse_npz(model_dir: str, dim: int | Sequence[int], table_dir: Optional[str] = None,
+                     table_ids: Optional[Sequence[int]] = None) -> int:
     """Parse the pservers' text shards (under ``table_dir``, a checkpoint, or else ``model_dir``) once
-    and store them as ``model_dir/sparse.npz``; returns the number of keys."""
+    and store them as ``model_dir/sparse.npz``; returns the number of keys of all tables.
+
+    Args:
+        dim: the row width of the one table, or of each table in order.
+        table_ids: Paddle's id of each table (its shard directory); default ``0, 1, ..``.
+    """
     import numpy as np
 
-    keys, rows = read_sparse_table(table_dir or model_dir, dim)
-    np.savez(os.path.join(model_dir, SPARSE_FILE), keys=keys, rows=rows)
-    return int(len(keys))
+    widths = [dim] if isinstance(dim, int) else list(dim)
+    ids = list(table_ids) if table_ids is not None else list(range(len(widths)))
+    arrays: Dict[str, Any] = {}
+    for k, (width, table_id) in enumerate(zip(widths, ids)):
+        key_name, row_name = npz_names(k)
+        arrays[key_name], arrays[row_name] = read_sparse_table(table_dir or model_dir, width, table_id)
+    np.savez(os.path.join(model_dir, SPARSE_FILE), **arrays)
+    return sum(int(len(arrays[npz_names(k)[0]])) for k in range(len(widths)))
 
 
 @dataclass
@@ -102,11 +123,13 @@ class Scorer:
     """An exported CTR model in memory.
 
     Attributes:
-        meta: ``model_meta.json`` (schema_version, hash_buckets, config).
-        keys: sorted sparse keys (hashed ids seen in training).
-        rows: their embedding rows (the sparse table's width: the family's ``table_width``).
+        meta: ``model_meta.json`` (schema_version, hash_buckets, config, sparse_tables).
+        keys: the first sparse table's sorted keys (hashed ids seen in training).
+        rows: their embedding rows (the table's width: the family's ``table_width``).
         params: the dense parameters by name (float32).
         config: the training config the model was trained with (family, sizes).
+        extra_tables: ``(keys, rows)`` of the other sparse tables, in ``meta["sparse_tables"]``'s
+            order (a spec whose categorical features have several ``embedding_dim`` values).
     """
 
     meta: Dict[str, Any]
@@ -114,10 +137,11 @@ class Scorer:
     rows: "np.ndarray"
     params: Dict[str, "np.ndarray"]
     config: TrainConfig
+    extra_tables: Tuple[Tuple["np.ndarray", "np.ndarray"], ...] = ()
 
     @property
     def embedding_dim(self) -> int:
-        """Width of a sparse-table row."""
+        """Width of a row of the first sparse table."""
         return family(self.config.model).table_width(self.config.embedding_dim)
 
     @property
@@ -125,6 +149,12 @@ class Scorer:
         """The feature spec the model was trained on (``None``: the Criteo layout)."""
         doc = self.meta.get("feature_spec")
         return None if doc is None else spec_from_dict(doc)
+
+    @property
+    def tables(self) -> List[SparseTable]:
+        """The sparse tables and the slots each serves (one table for a model exported before
+        ``sparse_tables`` was recorded)."""
+        return _meta_tables(self.meta, self.config)
 
     def _columns_wanted(self) -> Tuple[str, List[str]]:
         """(label column, feature columns in the network's order: dense, then categorical)."""
@@ -136,7 +166,8 @@ class Scorer:
         return spec.label, [d.name for d in spec.dense] + [c.name for c in spec.categorical]
 
     def _spec_inputs(self, table, spec: FeatureSpec):
-        """(dense [n, d], pooled embeddings [n, k * dim]) of a table in a spec's layout."""
+        """(dense [n, d], one pooled embedding [n, width] per categorical feature) of a table in a
+        spec's layout."""
         import numpy as np
         import pyarrow as pa
 
@@ -148,32 +179,38 @@ class Scorer:
                              f"`ctr-volcano prep` with the model's feature spec")
         dense = np.stack([table.column(d.name).to_numpy(zero_copy_only=False).astype(np.float32)
                           for d in spec.dense], axis=1)
+        table_of = {slot: k for k, t in enumerate(self.tables) for slot in t.slots}
         n, pooled = table.num_rows, []
-        for c in spec.categorical:
+        for slot, c in enumerate(spec.categorical):
             col = table.column(c.name)
             col = col.combine_chunks() if hasattr(col, "combine_chunks") else col
             if not c.multivalued:
-                pooled.append(self._lookup(col.to_numpy(zero_copy_only=False).astype(np.uint64)))
+                pooled.append(self._lookup(col.to_numpy(zero_copy_only=False).astype(np.uint64), table_of[slot]))
                 continue
             offsets = col.offsets.to_numpy().astype(np.int64)
             flat = col.values.to_numpy(zero_copy_only=False).astype(np.uint64)
-            rows = self._lookup(flat[offsets[0]:offsets[-1]])
+            rows = self._lookup(flat[offsets[0]:offsets[-1]], table_of[slot])
             sums = np.add.reduceat(rows, offsets[:-1] - offsets[0], axis=0) if n else rows[:0]
             if c.pooling == "mean":
                 sums = sums / np.diff(offsets)[:, None].astype(np.float32)
             pooled.append(sums.astype(np.float32))
-        return dense, (np.concatenate(pooled, axis=1) if pooled else np.zeros((n, 0), np.float32))
+        return dense, pooled
 
-    def _lookup(self, flat):
-        """Embedding rows of ids (the zero row for ids not seen in training)."""
+    def table_arrays(self, k: int) -> Tuple["np.ndarray", "np.ndarray"]:
+        """``(keys, rows)`` of sparse table ``k``."""
+        return (self.keys, self.rows) if k == 0 else self.extra_tables[k - 1]
+
+    def _lookup(self, flat, k: int = 0):
+        """Embedding rows of ids in table ``k`` (the zero row for ids not seen in training)."""
         import numpy as np
 
-        if len(self.keys):
-            pos = np.minimum(np.searchsorted(self.keys, flat), len(self.keys) - 1)
-            pos[self.keys[pos] != flat] = len(self.keys)
+        keys = self.table_arrays(k)[0]
+        if len(keys):
+            pos = np.minimum(np.searchsorted(keys, flat), len(keys) - 1)
+            pos[keys[pos] != flat] = len(keys)
         else:
             pos = np.zeros(flat.size, dtype=np.int64)
-        return self._rows_and_zero()[pos]
+        return self.rows_and_zero(k)[pos]
 
     def _features(self, table):
         import numpy as np
@@ -199,25 +236,25 @@ class Scorer:
 
         spec = self.features
         if spec is not None:
-            dense, emb = self._spec_inputs(table, spec)     # pooled per feature
+            dense, embs = self._spec_inputs(table, spec)     # pooled per feature
         else:
             dense, ids = self._features(table)
-            emb = self._lookup(ids.reshape(-1))                  # unseen id: the zero row
-        emb = emb.reshape(len(dense), -1, self.embedding_dim)
-        logits = family(self.config.model).logits(self.params, emb, dense, self.config)
+            emb = self._lookup(ids.reshape(-1)).reshape(len(dense), ids.shape[1], -1)  # unseen id: the zero row
+            embs = [emb[:, i] for i in range(ids.shape[1])]
+        logits = family(self.config.model).logits(self.params, embs, dense, self.config)
         margin = logits[:, 1].astype(np.float64) - logits[:, 0]
         return 1.0 / (1.0 + np.exp(-margin))
 
-    def _rows_and_zero(self) -> "np.ndarray":
-        """The embedding rows (float32) with one zero row appended for ids not seen in training."""
+    def rows_and_zero(self, k: int = 0) -> "np.ndarray":
+        """Table ``k``'s embedding rows (float32) with one zero row appended for ids not seen in training."""
         import numpy as np
 
-        cached = self.__dict__.get("_rows_zero")
-        if cached is None:
-            cached = np.concatenate([np.asarray(self.rows, dtype=np.float32).reshape(-1, self.embedding_dim),
-                                     np.zeros((1, self.embedding_dim), dtype=np.float32)])
-            self.__dict__["_rows_zero"] = cached
-        return cached
+        cache = self.__dict__.setdefault("_rows_zero", {})
+        if k not in cache:
+            width = family(self.config.model).table_width(self.tables[k].dim)
+            cache[k] = np.concatenate([np.asarray(self.table_arrays(k)[1], dtype=np.float32).reshape(-1, width),
+                                       np.zeros((1, width), dtype=np.float32)])
+        return cache[k]
 
     def predict_files(self, paths: Sequence[str], batch_size: int = 65536
                       ) -> Iterator[Tuple[Optional["np.ndarray"], "np.ndarray"]]:
@@ -285,7 +322,6 @@ def load_model(model_dir: str) -> Scorer:
         raise ModelError(f"{meta_path}: its config is not one this version reads ({exc}): retrain the "
                          f"model with this version") from None
     fam = family(config.model)
-    dim = fam.table_width(config.embedding_dim)
     dense_path = os.path.join(model_dir, DENSE_FILE)
     if not os.path.exists(dense_path):
         raise ModelError(f"{dense_path} missing: the export did not finish; re-run training")
@@ -293,13 +329,33 @@ def load_model(model_dir: str) -> Scorer:
 
     names = fam.dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS))
     params = {k: v.astype(np.float32) for k, v in _load_npz(dense_path, names).items()}
+    tables = [_load_table(model_dir, meta, k, fam.table_width(t.dim))
+              for k, t in enumerate(_meta_tables(meta, config))]
+    return Scorer(meta=meta, keys=tables[0][0], rows=tables[0][1], params=params, config=config,
+                  extra_tables=tuple(tables[1:]))
+
+
+def _meta_tables(meta: Mapping[str, Any], config: TrainConfig) -> List[SparseTable]:
+    from ctr_model.features import SPARSE_COLUMNS
+
+    doc = meta.get("feature_spec")
+    names = SPARSE_COLUMNS if doc is None else tuple(c.name for c in spec_from_dict(doc).categorical)
+    return tables_from_meta(meta, names, config.embedding_dim)
+
+
+def _load_table(model_dir: str, meta: Mapping[str, Any], k: int, width: int):
+    """``(keys, rows float32)`` of table ``k``: from ``sparse.npz``, or else parsed from the shards
+    (``meta["sparse_tables"][k]["table_id"]`` names Paddle's directory of them)."""
+    import numpy as np
+
     sparse_path = os.path.join(model_dir, SPARSE_FILE)
     if os.path.exists(sparse_path):
-        data = _load_npz(sparse_path, ["keys", "rows"])
-        keys, rows = data["keys"], data["rows"]
+        data = _load_npz(sparse_path, list(npz_names(k)))
+        keys, rows = (data[name] for name in npz_names(k))
     else:
-        keys, rows = read_sparse_table(model_dir, dim)
-    return Scorer(meta=meta, keys=keys, rows=rows.astype(np.float32), params=params, config=config)
+        recorded = meta.get("sparse_tables") or [{}]
+        keys, rows = read_sparse_table(model_dir, width, int(recorded[k].get("table_id", k)))
+    return keys, rows.astype(np.float32)
 
 
 def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536) -> dict:

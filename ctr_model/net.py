@@ -1,6 +1,7 @@
 """The CTR network as a Paddle static program: the feeds, the sparse lookups, the loss and the AUC.
 
-26 categorical slots share one embedding table (held on the pservers in PS mode); the 13 dense inputs
+26 categorical slots share one embedding table (held on the pservers in PS mode); a feature spec's
+slots get one table per distinct ``embedding_dim`` (:mod:`ctr_model.sparse_tables`); the dense inputs
 come as one variable. What sits between the lookups and the 2-way softmax is the model family's
 (``TrainConfig.model``, :mod:`ctr_model.models`): the DNN by default. The parameter names are fixed
 (``SparseFeatFactors``, ``out.w``, ``out.b`` and the family's) so the exported model can be rebuilt in
@@ -15,11 +16,11 @@ from ctr_model.config import TrainConfig
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
 from ctr_model.models import family
+from ctr_model.sparse_tables import EMBEDDING_NAME, SparseTable, sparse_tables
 
-__all__ = ["EMBEDDING_NAME", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "slot_layout", "dense_param_names",
-           "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
+__all__ = ["EMBEDDING_NAME", "net_tables", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "slot_layout",
+           "dense_param_names", "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
 
-EMBEDDING_NAME = "SparseFeatFactors"
 DENSE_INPUT = "dense_input"
 LABEL_INPUT = "label"
 
@@ -111,6 +112,21 @@ def slot_layout(features: Optional[FeatureSpec]) -> Tuple[List[Tuple[str, Option
             len(features.dense))
 
 
+def net_tables(config: TrainConfig, features: Optional[FeatureSpec]) -> List[SparseTable]:
+    """The sparse tables the network of ``config`` on ``features`` looks its slots up in."""
+    return sparse_tables(features, config.embedding_dim)
+
+
+def _lookup(ids, table: SparseTable, attr, config: TrainConfig, ps_mode: bool):
+    import paddle
+
+    width = family(config.model).table_width(table.dim)
+    if ps_mode:
+        return paddle.static.nn.sparse_embedding(input=ids, size=[config.hash_buckets, width], param_attr=attr)
+    return paddle.static.nn.embedding(input=ids, size=[config.hash_buckets, width], is_sparse=True,
+                                      param_attr=attr)
+
+
 def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec] = None) -> Net:
     """Build the network into the current default main/startup programs.
 
@@ -118,9 +134,10 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
         config: the model family and its sizes.
         ps_mode: ``True`` puts the embedding on the pservers (``sparse_embedding``); ``False``
             builds an ordinary local embedding of ``hash_buckets`` rows (single-process training).
-        features: the data's feature spec (``None``: Criteo). Every categorical feature shares the
-            one table, as Criteo's 26 do (their ids are salted per feature); a multi-valued
-            feature's variable-length slot is pooled (``sum``/``mean``) with ``sequence_pool``.
+        features: the data's feature spec (``None``: Criteo). Categorical features of one
+            ``embedding_dim`` share a table, as Criteo's 26 do (their ids are salted per feature),
+            one table per distinct dim (:func:`net_tables`); a multi-valued feature's variable-length
+            slot is pooled (``sum``/``mean``) with ``sequence_pool``.
     """
     import paddle
 
@@ -130,17 +147,15 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
               for name, _ in slots]
     dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, n_dense], dtype="float32")
     fam = family(config.model)
-    width = fam.table_width(config.embedding_dim)
-    emb_attr = paddle.ParamAttr(name=EMBEDDING_NAME,
-                                initializer=paddle.nn.initializer.Uniform(-0.01, 0.01))
+    tables = net_tables(config, features)
+    table_of = {slot: t for t in tables for slot in t.slots}
+    attrs = {t.name: paddle.ParamAttr(name=t.name, initializer=paddle.nn.initializer.Uniform(-0.01, 0.01))
+             for t in tables}
     embs = []
-    for ids, (_, pooling) in zip(sparse, slots):
-        if ps_mode:
-            emb = paddle.static.nn.sparse_embedding(
-                input=ids, size=[config.hash_buckets, width], param_attr=emb_attr)
-        else:
-            emb = paddle.static.nn.embedding(
-                input=ids, size=[config.hash_buckets, width], is_sparse=True, param_attr=emb_attr)
+    for slot, (ids, (_, pooling)) in enumerate(zip(sparse, slots)):
+        table = table_of[slot]
+        width = fam.table_width(table.dim)
+        emb = _lookup(ids, table, attrs[table.name], config, ps_mode)
         if pooling is not None:         # a multi-valued feature: its ids' rows pooled into one
             emb = paddle.static.nn.sequence_pool(input=emb, pool_type="sum" if pooling == "sum" else "average")
         embs.append(paddle.reshape(emb, shape=[-1, width]))

@@ -6,11 +6,16 @@
 (:meth:`ctr_model.infer.Scorer.predict`) computes:
 
 - inputs ``dense`` float32 ``[N, 13]`` (the prep transform of ``I1..I13``) and ``ids`` int64
-  ``[N, 26]`` (the hashed ids of ``C1..C26``, in column order); every feature is single-valued, so
-  there is no padded multi-valued input;
-- ``ai.onnx.ml.LabelEncoder`` maps each id to its row in a compact table of the ids seen in
-  training; ids never seen (also negative ones) map to one extra zero row, as the scorer does;
-- ``Gather``, ``Reshape``, ``Concat`` with ``dense``, the FC stack (float32, ReLU), the output
+  ``[N, 26]`` (the hashed ids of ``C1..C26``, in column order); for a model trained on a feature
+  spec, its dense and categorical features in the spec's order (``serving.json`` names them). Every
+  feature must be single-valued (there is no padded multi-valued input; a spec with a multi-valued
+  one is :class:`NotServable`);
+- per sparse table (one per distinct ``embedding_dim``; Criteo has one): ``ai.onnx.ml.LabelEncoder``
+  maps each id to its row in a compact table of the ids seen in training; ids never seen (also
+  negative ones) map to one extra zero row, as the scorer does;
+- ``Gather``, ``Reshape`` (with several tables: the table's columns of ``ids`` gathered first, the
+  tables' embeddings concatenated and gathered back into slot order), ``Concat`` with ``dense``, the
+  FC stack (float32, ReLU), the output
   layer with the calibrated bias, the margin of its two logits in float64 and a float64
   ``Sigmoid``: output ``probability`` float64 ``[N]``.
 
@@ -53,21 +58,23 @@ class OnnxTooLarge(ModelError):
 
 
 class NotServable(ModelError):
-    """The graph covers the ``dnn`` family on the Criteo layout; names what the model is instead."""
+    """The graph covers the ``dnn`` family on single-valued features; names what the model is instead."""
 
 
 def _layers(scorer: Scorer) -> list:
     """The DNN's ``(weight, bias)`` pairs in forward order, the output layer last.
 
     Raises:
-        NotServable: another family, or a model trained on a feature spec.
+        NotServable: another family, or a feature spec with a multi-valued feature.
     """
     from ctr_model.models.layers import mlp_names
 
     spec = scorer.features
-    if scorer.config.model != "dnn" or (spec is not None and not spec.is_criteo):
-        what = f"model family {scorer.config.model!r}" + ("" if spec is None or spec.is_criteo else " on a feature spec")
-        raise NotServable(f"ONNX export covers the dnn family on the Criteo layout, not this {what}: "
+    multi = [c.name for c in spec.categorical if c.multivalued] if spec is not None else []
+    if scorer.config.model != "dnn" or multi:
+        what = f"model family {scorer.config.model!r}" if scorer.config.model != "dnn" else \
+            f"multi-valued feature {multi[0]!r}"
+        raise NotServable(f"ONNX export covers the dnn family on single-valued features, not this {what}: "
                           f"score it with ctr_model.infer.load_model (ctr-volcano evaluate)")
     names = mlp_names(scorer.config.fc_sizes)
     return [(scorer.params[w], scorer.params[b]) for w, b in zip(names[0::2], names[1::2])]
@@ -77,20 +84,24 @@ def estimated_bytes(scorer: Scorer) -> int:
     """Serialized size of the graph, from above: the table, the keys and values (at most 10 bytes
     each as varints), the dense layers."""
     dense = sum(w.size + b.size for w, b in _layers(scorer)) * 4
-    return int(scorer.rows.size * 4 + len(scorer.keys) * 20 + dense + 2 ** 16)
+    tables = [scorer.table_arrays(k) for k in range(len(scorer.tables))]
+    return int(sum(rows.size * 4 + len(keys) * 20 for keys, rows in tables) + dense + 2 ** 16)
 
 
 def _check_fits(scorer: Scorer, max_bytes: int) -> None:
     size = estimated_bytes(scorer)
+    n_keys = sum(len(scorer.table_arrays(k)[0]) for k in range(len(scorer.tables)))
     if size > max_bytes:
         raise OnnxTooLarge(
-            f"the model would be about {size / 2**20:.0f} MiB as ONNX ({len(scorer.keys)} sparse keys x "
+            f"the model would be about {size / 2**20:.0f} MiB as ONNX ({n_keys} sparse keys x "
             f"dim {scorer.embedding_dim}), over the {max_bytes / 2**20:.0f} MiB one ONNX file can hold "
             f"(the LabelEncoder's keys are attributes, not external data): train with fewer "
             f"hash_buckets, or serve the embeddings from a key-value store (docs/serving.md)")
-    if len(scorer.keys) and int(scorer.keys[-1]) > _INT64_MAX:
-        raise ModelError(f"sparse key {int(scorer.keys[-1])} does not fit int64, which ONNX's Gather "
-                         f"and LabelEncoder take: retrain with hash_buckets <= 2**62 (prep's limit)")
+    for k in range(len(scorer.tables)):
+        keys = scorer.table_arrays(k)[0]
+        if len(keys) and int(keys[-1]) > _INT64_MAX:
+            raise ModelError(f"sparse key {int(keys[-1])} does not fit int64, which ONNX's Gather "
+                             f"and LabelEncoder take: retrain with hash_buckets <= 2**62 (prep's limit)")
 
 
 def _dense_part(helper: Any, numpy_helper: Any, scorer: Scorer, nodes: list, inits: list) -> str:
@@ -118,33 +129,85 @@ def _dense_part(helper: Any, numpy_helper: Any, scorer: Scorer, nodes: list, ini
     return "margin"
 
 
+def _input_columns(scorer: Scorer) -> Dict[str, list]:
+    """The columns of the graph's ``dense`` and ``ids`` inputs, in order."""
+    spec = scorer.features
+    if spec is None:
+        return {"dense": list(DENSE_COLUMNS), "ids": list(SPARSE_COLUMNS)}
+    return {"dense": [d.name for d in spec.dense], "ids": [c.name for c in spec.categorical]}
+
+
+def _table_lookup(helper: Any, numpy_helper: Any, scorer: Scorer, k: int, nodes: list, inits: list) -> str:
+    """Table ``k``'s nodes: its ids' rows, flattened to ``[N, slots * width]``; returns that name.
+    Table 0 of a one-table model keeps the names the graph always had."""
+    import numpy as np
+
+    table = scorer.tables[k]
+    keys_arr = scorer.table_arrays(k)[0]
+    width = scorer.rows_and_zero(k).shape[1]
+    keys = [int(key) for key in keys_arr] or [-1]        # no keys: everything is the zero row
+    rows = scorer.rows_and_zero(k) if len(keys_arr) else np.zeros((1, width), dtype=np.float32)
+    one = len(scorer.tables) == 1
+    sfx = "" if one else f"_{k}"
+    ids = "ids"
+    if not one:
+        inits.append(numpy_helper.from_array(np.array(table.slots, dtype=np.int64), f"slots{sfx}"))
+        nodes.append(helper.make_node("Gather", ["ids", f"slots{sfx}"], [f"ids{sfx}"], axis=1))
+        ids = f"ids{sfx}"
+    inits += [numpy_helper.from_array(rows, f"table{sfx}"),
+              numpy_helper.from_array(np.array([-1, len(table.slots) * width], dtype=np.int64), f"flat_shape{sfx}")]
+    nodes += [helper.make_node("LabelEncoder", [ids], [f"pos{sfx}"], domain="ai.onnx.ml", keys_int64s=keys,
+                               values_int64s=list(range(len(keys))), default_int64=len(keys_arr)),
+              helper.make_node("Gather", [f"table{sfx}", f"pos{sfx}"], [f"emb{sfx}"], axis=0),
+              helper.make_node("Reshape", [f"emb{sfx}", f"flat_shape{sfx}"], [f"emb_flat{sfx}"])]
+    return f"emb_flat{sfx}"
+
+
+def _slot_order(scorer: Scorer) -> "list":
+    """For the tables' flattened embeddings concatenated, the column of each slot-order column."""
+    widths = [scorer.rows_and_zero(k).shape[1] for k in range(len(scorer.tables))]
+    start, by_slot = 0, {}
+    for table, width in zip(scorer.tables, widths):
+        for slot in table.slots:
+            by_slot[slot] = list(range(start, start + width))
+            start += width
+    return [col for slot in sorted(by_slot) for col in by_slot[slot]]
+
+
+def _embeddings(helper: Any, numpy_helper: Any, scorer: Scorer, nodes: list, inits: list) -> str:
+    """Every slot's embedding, in slot order, as one ``[N, sum of widths]``; returns its name."""
+    import numpy as np
+
+    flats = [_table_lookup(helper, numpy_helper, scorer, k, nodes, inits) for k in range(len(scorer.tables))]
+    if len(flats) == 1:
+        return flats[0]
+    inits.append(numpy_helper.from_array(np.array(_slot_order(scorer), dtype=np.int64), "slot_order"))
+    nodes += [helper.make_node("Concat", flats, ["emb_tables"], axis=1),
+              helper.make_node("Gather", ["emb_tables", "slot_order"], ["emb_flat"], axis=1)]
+    return "emb_flat"
+
+
 def build_graph(scorer: Scorer, max_bytes: int = MAX_MODEL_BYTES) -> "onnx.ModelProto":
     """The ONNX model of ``scorer`` (see the module docstring for its inputs, nodes and output).
 
     Raises:
-        OnnxTooLarge: past ``max_bytes``; ModelError: a key beyond int64.
+        OnnxTooLarge: past ``max_bytes``; ModelError: a key beyond int64; NotServable: not a dnn
+            on single-valued features.
     """
-    import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     _check_fits(scorer, max_bytes)
-    dim, slots = scorer.embedding_dim, len(SPARSE_COLUMNS)
-    keys = [int(k) for k in scorer.keys] or [-1]        # no keys: everything is the zero row
-    table = scorer._rows_and_zero() if len(scorer.keys) else np.zeros((1, dim), dtype=np.float32)
-    unseen = len(scorer.keys)
-    inits = [numpy_helper.from_array(table, "table"),
-             numpy_helper.from_array(np.array([-1, slots * dim], dtype=np.int64), "flat_shape")]
-    nodes = [helper.make_node("LabelEncoder", ["ids"], ["pos"], domain="ai.onnx.ml", keys_int64s=keys,
-                              values_int64s=list(range(len(keys))), default_int64=unseen),
-             helper.make_node("Gather", ["table", "pos"], ["emb"], axis=0),
-             helper.make_node("Reshape", ["emb", "flat_shape"], ["emb_flat"]),
-             helper.make_node("Concat", ["emb_flat", "dense"], ["x"], axis=1)]
+    inits: list = []
+    nodes: list = []
+    emb = _embeddings(helper, numpy_helper, scorer, nodes, inits)
+    nodes.append(helper.make_node("Concat", [emb, "dense"], ["x"], axis=1))
     margin = _dense_part(helper, numpy_helper, scorer, nodes, inits)
     nodes.append(helper.make_node("Sigmoid", [margin], ["probability"]))
+    cols = _input_columns(scorer)
     graph = helper.make_graph(
-        nodes, "ctr_dnn", [helper.make_tensor_value_info("dense", TensorProto.FLOAT, ["N", len(DENSE_COLUMNS)]),
-                           helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", slots])],
+        nodes, "ctr_dnn", [helper.make_tensor_value_info("dense", TensorProto.FLOAT, ["N", len(cols["dense"])]),
+                           helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", len(cols["ids"])])],
         [helper.make_tensor_value_info("probability", TensorProto.DOUBLE, ["N"])], initializer=inits)
     model = helper.make_model(graph, producer_name="ctr-volcano",
                               opset_imports=[helper.make_opsetid("", _OPSET),
@@ -155,13 +218,21 @@ def build_graph(scorer: Scorer, max_bytes: int = MAX_MODEL_BYTES) -> "onnx.Model
 
 
 def _manifest(scorer: Scorer, onnx_bytes: bytes) -> Dict[str, Any]:
-    return {"format": "ctr-onnx-v1", "onnx": ONNX_FILE, "sha256": hashlib.sha256(onnx_bytes).hexdigest(),
-            "schema_version": SCHEMA_VERSION, "hash_version": HASH_VERSION,
-            "hash_buckets": int(scorer.meta["hash_buckets"]), "sparse_keys": int(len(scorer.keys)),
-            "inputs": {"dense": {"dtype": "FP32", "columns": list(DENSE_COLUMNS)},
-                       "ids": {"dtype": "INT64", "columns": list(SPARSE_COLUMNS)}},
-            "outputs": {"probability": {"dtype": "FP64"}},
-            "transform": "ctr_model.features: dense_value (log1p) for I*, hash_value for C*"}
+    """``serving.json``; a model trained on a feature spec also carries the spec (its transforms and
+    hashing are the inputs' recipe)."""
+    cols = _input_columns(scorer)
+    doc = {"format": "ctr-onnx-v1", "onnx": ONNX_FILE, "sha256": hashlib.sha256(onnx_bytes).hexdigest(),
+           "schema_version": SCHEMA_VERSION, "hash_version": HASH_VERSION,
+           "hash_buckets": int(scorer.meta["hash_buckets"]),
+           "sparse_keys": sum(int(len(scorer.table_arrays(k)[0])) for k in range(len(scorer.tables))),
+           "inputs": {"dense": {"dtype": "FP32", "columns": cols["dense"]},
+                      "ids": {"dtype": "INT64", "columns": cols["ids"]}},
+           "outputs": {"probability": {"dtype": "FP64"}},
+           "transform": "ctr_model.features: dense_value (log1p) for I*, hash_value for C*"}
+    if scorer.features is not None:
+        doc["feature_spec"] = scorer.meta["feature_spec"]
+        doc["transform"] = "ctr_model.transforms: feature_spec's dense transforms and per-feature hash"
+    return doc
 
 
 def export_onnx(model_dir: str, out_dir: Optional[str] = None, max_bytes: int = MAX_MODEL_BYTES) -> Dict[str, Any]:
@@ -178,7 +249,7 @@ def export_onnx(model_dir: str, out_dir: Optional[str] = None, max_bytes: int = 
     os.replace(tmp, os.path.join(out, ONNX_FILE))
     manifest = _manifest(scorer, data)
     write_json(os.path.join(out, MANIFEST_FILE), manifest, indent=1, sort_keys=True)
-    write_repository(out, data)
+    write_repository(out, data, len(manifest["inputs"]["dense"]["columns"]), len(manifest["inputs"]["ids"]["columns"]))
     return manifest
 
 
@@ -195,16 +266,18 @@ output [
 """
 
 
-def write_repository(out_dir: str, onnx_bytes: bytes) -> str:
+def write_repository(out_dir: str, onnx_bytes: bytes, n_dense: int = len(DENSE_COLUMNS),
+                     n_ids: int = len(SPARSE_COLUMNS)) -> str:
     """The Triton/KServe model repository (``serving/ctr/config.pbtxt``, ``serving/ctr/1/model.onnx``)
-    that KServe's stock ONNX runtime (Triton) loads from ``/mnt/models``; returns its path."""
+    that KServe's stock ONNX runtime (Triton) loads from ``/mnt/models``; returns its path.
+    ``n_dense``/``n_ids``: the widths of the graph's inputs (Criteo's by default)."""
     root = os.path.join(out_dir, REPOSITORY_DIR)
     version = os.path.join(root, TRITON_MODEL, "1")
     os.makedirs(version, exist_ok=True)
     with open(os.path.join(version, ONNX_FILE), "wb") as fh:
         fh.write(onnx_bytes)
     with open(os.path.join(root, TRITON_MODEL, "config.pbtxt"), "w", encoding="utf-8") as fh:
-        fh.write(_CONFIG_PBTXT.format(name=TRITON_MODEL, dense=len(DENSE_COLUMNS), sparse=len(SPARSE_COLUMNS)))
+        fh.write(_CONFIG_PBTXT.format(name=TRITON_MODEL, dense=n_dense, sparse=n_ids))
     return root
 
 

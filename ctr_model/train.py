@@ -101,7 +101,7 @@ def _build(config: TrainConfig, spec: Optional[RoleSpec] = None, features: Optio
     import paddle
     import paddle.distributed.fleet as fleet
 
-    from ctr_model.net import EMBEDDING_NAME, build_net, make_optimizer
+    from ctr_model.net import build_net, make_optimizer, net_tables
 
     paddle.enable_static()
     paddle.seed(config.seed)
@@ -119,9 +119,10 @@ def _build(config: TrainConfig, spec: Optional[RoleSpec] = None, features: Optio
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     # fewer, larger sparse-table files per pserver (Paddle's default of 1000 makes saving slow)
-    table = strategy.sparse_table_configs.add()
-    table.table_name = EMBEDDING_NAME
-    table.shard_num = config.sparse_shards
+    for sparse_table in net_tables(config, features):
+        table = strategy.sparse_table_configs.add()
+        table.table_name = sparse_table.name
+        table.shard_num = config.sparse_shards
     optimizer = fleet.distributed_optimizer(make_optimizer(config), strategy)
     if spec is not None:
         _wait_logged("the pservers", spec.ps_endpoints(), spec.pserver_wait_s)
@@ -320,9 +321,19 @@ def _data_features(spec: RoleSpec) -> Optional[FeatureSpec]:
 
 
 def _with_features(config: TrainConfig, features: Optional[FeatureSpec]) -> TrainConfig:
-    """The config with the spec's embedding width (one shared table), on pservers and trainers alike."""
+    """The config with the spec's first embedding width (that of the first sparse table, the only one
+    when every feature has the same), on pservers and trainers alike.
+
+    Raises:
+        ConfigError: the model family cannot mix the spec's widths (``deepfm``), naming a feature.
+    """
     if features is None or not features.categorical:
         return config
+    from ctr_model.sparse_tables import mixed_dims_refusal, sparse_tables
+
+    refusal = mixed_dims_refusal(config.model, sparse_tables(features, config.embedding_dim))
+    if refusal:
+        raise ConfigError("model", config.model, refusal)
     return config.replace(embedding_dim=features.categorical[0].embedding_dim)
 
 
@@ -589,13 +600,12 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     arrays: Dict[str, Any] = {name: np.array(scope.find_var(name).get_tensor())
                               for name in dense_param_names(config)}
     np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
-    from ctr_model.infer import write_sparse_npz
-    from ctr_model.models import family
-    width = family(config.model).table_width(config.embedding_dim)
-    keys = write_sparse_npz(model_dir, width, table_dir=last.path)
+    keys, tables = _export_sparse(config, features, fleet, model_dir, last.path)
     export_checkpoint(last.path, model_dir)   # what a later run warm-starts from
-    _log(spec, f"exported {model_dir} ({keys} sparse keys, from {os.path.basename(last.path)})")
+    _log(spec, f"exported {model_dir} ({keys} sparse keys in {len(tables)} table(s), from "
+               f"{os.path.basename(last.path)})")
     meta = _model_meta(spec, config)
+    meta["sparse_tables"] = tables
     if features is not None:
         meta["feature_spec"] = features.to_dict()   # the scorer's and warm start's layout
     _write_json(os.path.join(model_dir, MODEL_META), meta)
@@ -612,6 +622,27 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     except NotServable as exc:
         _log(spec, f"no ONNX export: {exc}")
     ws.publish(MODEL_DIR)
+
+
+def _export_sparse(config: TrainConfig, features: Optional[FeatureSpec], fleet, model_dir: str,
+                   checkpoint: str) -> tuple:
+    """Write ``sparse.npz`` from the checkpoint's shards of every sparse table; returns ``(keys,
+    the tables as model_meta.json records them)``, each with Paddle's ``table_id`` (its directory)."""
+    from paddle.distributed.ps.utils.public import get_the_one_send_context
+
+    from ctr_model.infer import write_sparse_npz
+    from ctr_model.models import family
+    from ctr_model.net import net_tables
+
+    rt = fleet.fleet._runtime_handle
+    send_ctx = get_the_one_send_context(rt.context, split_dense_table=rt.is_heter_ps_mode, ep_list=rt.endpoints)
+    param_of = rt.context["grad_name_to_param_name"]
+    ids = {param_of[c.origin_varnames()[0]]: c.table_id() for c in send_ctx.values() if c.is_sparse()}
+    tables = net_tables(config, features)
+    fam = family(config.model)
+    keys = write_sparse_npz(model_dir, [fam.table_width(t.dim) for t in tables], table_dir=checkpoint,
+                            table_ids=[ids[t.name] for t in tables])
+    return keys, [dict(t.to_dict(), table_id=ids[t.name]) for t in tables]
 
 
 def _checkpoint_due(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, epoch: int,

@@ -12,7 +12,9 @@ across days.
 What must match, checked before the gang starts and again in every trainer (the refusal names both
 values): the feature schema version, ``hash_buckets``, the model family and its shape (``model``,
 ``model_config``, ``embedding_dim``, ``fc_sizes``; a config without ``model``, as one exported before
-families existed, is a ``dnn``) and the number of pservers (each pserver loads its own shard files of both tables).
+families existed, is a ``dnn``), the feature spec feature by feature (each feature's ``embedding_dim``,
+which decides the sparse tables it is grouped into) and the number of pservers (each pserver loads
+its own shard files of every table).
 """
 from __future__ import annotations
 
@@ -126,6 +128,7 @@ def _check_same_features(init: WarmStart, old: Optional[Mapping[str, Any]],
                              f"{'the Criteo layout' if old is None else 'a feature spec'} but this "
                              f"run's data has {'the Criteo layout' if new is None else 'a feature spec'}; "
                              f"prep the data like the init model's or train from scratch")
+    _check_same_dims(init, old, new)
     for kind in ("dense", "categorical"):
         before = {f["name"]: f for f in old.get(kind) or []}
         after = {f["name"]: f for f in new.get(kind) or []}
@@ -136,6 +139,18 @@ def _check_same_features(init: WarmStart, old: Optional[Mapping[str, Any]],
                                      f"data; prep with the init model's feature spec or train from scratch")
     raise WarmStartError(f"cannot warm-start from {init.model_dir}: its feature spec differs from this "
                          f"run's data (label, order or layout); prep with the init model's spec")
+
+
+def _check_same_dims(init: WarmStart, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Refuse a categorical feature whose ``embedding_dim`` differs (its rows, and the tables the
+    features are grouped into, would not fit), naming the feature and both dims."""
+    before = {f["name"]: f.get("embedding_dim") for f in old.get("categorical") or []}
+    for f in new.get("categorical") or []:
+        if f["name"] in before and before[f["name"]] != f.get("embedding_dim"):
+            raise WarmStartError(f"cannot warm-start from {init.model_dir}: categorical feature {f['name']!r} "
+                                 f"has embedding_dim {before[f['name']]} there but {f.get('embedding_dim')} in "
+                                 f"this run's data; prep with embedding_dim {before[f['name']]} for it (the init "
+                                 f"model's feature spec) or train from scratch")
 
 
 def _without_stats(spec: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:

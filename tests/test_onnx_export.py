@@ -82,6 +82,6 @@ def test_a_family_the_graph_does_not_cover_is_refused_by_name(trained_model):  #
 
     scorer = load_model(str(trained_model[1]))
     deepfm = dataclasses.replace(scorer, config=scorer.config.replace(model="deepfm"))
-    with pytest.raises(NotServable, match="covers the dnn family on the Criteo layout, not this model family 'deepfm'"):
+    with pytest.raises(NotServable, match="covers the dnn family on single-valued features, not this model family 'deepfm'"):
         build_graph(deepfm)
     build_graph(scorer)       # the dnn it was

@@ -51,8 +51,10 @@ def test_scorer_pools_multivalued_embeddings_like_the_network():
 def test_trainer_refuses_specs_it_cannot_train():
     doc = {"feature_spec": json.loads(json.dumps(SPEC.to_dict()))}
     assert trainable_features(doc, "d") == SPEC
-    doc["feature_spec"]["categorical"][1]["embedding_dim"] = 4
-    with pytest.raises(DataError, match="'t' has embedding_dim 4.*same embedding_dim"):
+    doc["feature_spec"]["categorical"][1]["embedding_dim"] = 4      # mixed dims: a table per dim
+    assert trainable_features(doc, "d").categorical[1].embedding_dim == 4
+    doc["feature_spec"]["dense"] = []
+    with pytest.raises(DataError, match="no dense feature"):
         trainable_features(doc, "d")
     assert trainable_features({"hash_buckets": 1000}, "d") is None
 

@@ -6,8 +6,8 @@ program the gang trains, the names of the dense parameters trainer 0 exports, th
 that scores the export (:mod:`ctr_model.infer`, calibration, evaluation) and the hyper-parameters in
 ``model_config``. :mod:`ctr_model.net` creates the feeds and the sparse lookups (so how slots are
 made stays in one place) and hands every family the same inputs: one ``[-1, width]`` embedding per
-slot and the dense input. Every family ends in the same 2-way output layer ``out.w``/``out.b``, so
-the softmax, the loss, the AUC and the export's bias calibration are shared.
+slot (as wide as its feature's ``embedding_dim`` asks) and the dense input. Every family ends in the
+same 2-way output layer ``out.w``/``out.b``, so the softmax, the loss, the AUC and the export's bias calibration are shared.
 
 Families whose wide part or first-order term needs a 1-wide sparse weight per id (``wide_deep``,
 ``deepfm``) get it as column 0 of the pservers' sparse table (``table_width`` = ``embedding_dim + 1``;
@@ -35,10 +35,13 @@ class Family:
         check: ``check(key, value) -> error fix or None`` for one ``model_config`` value.
         table_width: ``table_width(embedding_dim)``: the sparse table's row width.
         build: ``build(embs, dense, config) -> logits [-1, 2]``: adds the family's layers to the
-            current Paddle program (``embs``: one ``[-1, table_width]`` variable per slot).
+            current Paddle program (``embs``: one ``[-1, table_width(dim)]`` variable per slot, ``dim``
+            the slot's feature's ``embedding_dim``).
         dense_names: ``dense_names(config, num_dense, slots)``: dense parameter names, the export's.
-        logits: ``logits(params, emb, dense, config) -> float32 [n, 2]``: the same network in numpy
-            (``emb``: ``[n, slots, table_width]``).
+        logits: ``logits(params, embs, dense, config) -> float32 [n, 2]``: the same network in numpy
+            (``embs``: one ``[n, table_width(dim)]`` array per slot).
+        mixes_dims: whether slots of different ``embedding_dim`` can feed it (``deepfm``'s
+            second-order term takes inner products of every pair of slots: one width).
     """
 
     name: str
@@ -48,6 +51,7 @@ class Family:
     build: Callable[..., Any]
     dense_names: Callable[..., List[str]]
     logits: Callable[..., Any]
+    mixes_dims: bool = True
 
 
 def family(name: str) -> Family:

@@ -50,17 +50,17 @@ def _build(embs, dense, config):
     import paddle
 
     x0 = paddle.concat(list(embs) + [dense], axis=1)
-    d = dense.shape[1] + len(embs) * config.embedding_dim
+    d = dense.shape[1] + sum(e.shape[1] for e in embs)
     x = x0
     for layer in range(config.model_config["cross_layers"]):
         x = _cross(x0, x, d, layer, config.model_config["low_rank"])
     return mlp(x, d, config.fc_sizes)
 
 
-def _logits(params: Dict[str, Any], emb, dense, config):
+def _logits(params: Dict[str, Any], embs, dense, config):
     import numpy as np
 
-    x0 = np.concatenate([emb.reshape(emb.shape[0], -1), dense], axis=1)
+    x0 = np.concatenate(list(embs) + [dense], axis=1)
     x = x0
     for layer in range(config.model_config["cross_layers"]):
         if config.model_config["low_rank"]:

@@ -3,7 +3,9 @@
 Each id's row on the pservers is ``[w, v_1..v_D]`` (``table_width`` = ``embedding_dim + 1``): ``w`` is
 its FM first-order weight, ``v`` its embedding, which the FM's second-order term (every pair of slots'
 ``<v_i, v_j>``, computed as ``0.5 * ((sum v)^2 - sum v^2)``) and the DNN (``v`` of every slot and the
-dense input) share. The first-order term also weighs the dense input linearly (``fm_dense.w``). The
+dense input) share. The inner products need one ``embedding_dim`` for every slot
+(``mixes_dims=False``: a spec whose features differ is refused before training). The first-order
+term also weighs the dense input linearly (``fm_dense.w``). The
 click logit is ``first order + second order + the DNN's``.
 """
 from __future__ import annotations
@@ -31,12 +33,12 @@ def _build(embs, dense, config):
     return add_margin(deep, first + second)
 
 
-def _logits(params: Dict[str, Any], emb, dense, config):
+def _logits(params: Dict[str, Any], embs, dense, config):
     import numpy as np
 
-    v = emb[:, :, 1:]
+    v = np.stack(embs, axis=1)[:, :, 1:]
     second = 0.5 * (np.square(v.sum(axis=1)) - np.square(v).sum(axis=1)).sum(axis=1, keepdims=True)
-    first = np_linear(params, emb, dense, "fm_dense")
+    first = np_linear(params, embs, dense, "fm_dense")
     deep = np_mlp(params, np.concatenate([v.reshape(v.shape[0], -1), dense], axis=1), config.fc_sizes)
     return np_add_margin(deep, first + second)
 
@@ -46,4 +48,5 @@ def _names(config, num_dense: int, slots: int) -> List[str]:
 
 
 FAMILY = Family(name="deepfm", defaults={}, check=lambda key, value: None,
-                table_width=lambda dim: dim + 1, build=_build, dense_names=_names, logits=_logits)
+                table_width=lambda dim: dim + 1, build=_build, dense_names=_names, logits=_logits,
+                mixes_dims=False)

@@ -13,14 +13,14 @@ __all__ = ["FAMILY"]
 def _build(embs, dense, config):
     import paddle
 
-    width = dense.shape[1] + len(embs) * config.embedding_dim
+    width = dense.shape[1] + sum(e.shape[1] for e in embs)
     return mlp(paddle.concat(list(embs) + [dense], axis=1), width, config.fc_sizes)
 
 
-def _logits(params: Dict[str, Any], emb, dense, config):
+def _logits(params: Dict[str, Any], embs, dense, config):
     import numpy as np
 
-    x = np.concatenate([emb.reshape(emb.shape[0], -1), dense], axis=1)
+    x = np.concatenate(list(embs) + [dense], axis=1)
     return np_mlp(params, x, config.fc_sizes)
 
 

@@ -70,9 +70,11 @@ def linear(embs: Sequence[Any], dense, num_dense: int, name: str):
     return sparse + _fc(dense, 1, name, num_dense, bias=False)
 
 
-def np_linear(params: Dict[str, Any], emb, dense, name: str):
-    """:func:`linear` in numpy: ``[n, 1]``."""
-    return emb[:, :, 0:1].sum(axis=1) + dense @ params[f"{name}.w"]
+def np_linear(params: Dict[str, Any], embs: Sequence[Any], dense, name: str):
+    """:func:`linear` in numpy: ``[n, 1]`` (``embs``: one ``[n, width]`` array per slot)."""
+    import numpy as np
+
+    return np.stack([e[:, 0] for e in embs], axis=1).sum(axis=1, keepdims=True) + dense @ params[f"{name}.w"]
 
 
 def add_margin(logits, margin):

@@ -1,6 +1,7 @@
 """Wide & Deep (Cheng et al., DLRS 2016): a logistic regression on the raw features beside the DNN.
 
-Each id's row on the pservers is ``[w, e_1..e_D]`` (``table_width`` = ``embedding_dim + 1``): ``w`` is
+Each id's row on the pservers is ``[w, e_1..e_D]`` (``table_width`` = ``embedding_dim + 1``, ``D``
+the feature's own ``embedding_dim``): ``w`` is
 its weight in the wide part (a 1-wide sparse weight per id; the wide part also weighs the dense input
 linearly, ``wide.w``), ``e`` its embedding in the deep part (the DNN over every slot's ``e`` and the
 dense input). The click logit is ``wide + deep``. No cross-product features are built: the planted
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from ctr_model.models import Family
-from ctr_model.models.layers import add_margin, columns, linear, mlp, mlp_names, np_add_margin, np_linear, np_mlp
+from ctr_model.models.layers import add_margin, column, linear, mlp, mlp_names, np_add_margin, np_linear, np_mlp
 
 __all__ = ["FAMILY"]
 
@@ -19,19 +20,17 @@ __all__ = ["FAMILY"]
 def _build(embs, dense, config):
     import paddle
 
-    dim = config.embedding_dim
-    deep_in = columns(embs, 1, dim + 1)
-    width = dense.shape[1] + len(embs) * dim
+    deep_in = [column(e, 1, e.shape[1]) for e in embs]
+    width = dense.shape[1] + sum(e.shape[1] - 1 for e in embs)
     deep = mlp(paddle.concat(deep_in + [dense], axis=1), width, config.fc_sizes)
     return add_margin(deep, linear(embs, dense, dense.shape[1], "wide"))
 
 
-def _logits(params: Dict[str, Any], emb, dense, config):
+def _logits(params: Dict[str, Any], embs, dense, config):
     import numpy as np
 
-    e = emb[:, :, 1:]
-    deep = np_mlp(params, np.concatenate([e.reshape(e.shape[0], -1), dense], axis=1), config.fc_sizes)
-    return np_add_margin(deep, np_linear(params, emb, dense, "wide"))
+    deep = np_mlp(params, np.concatenate([e[:, 1:] for e in embs] + [dense], axis=1), config.fc_sizes)
+    return np_add_margin(deep, np_linear(params, embs, dense, "wide"))
 
 
 def _names(config, num_dense: int, slots: int) -> List[str]:

@@ -47,6 +47,11 @@ class CtrModel(kserve.Model):
 
     def load(self) -> bool:
         manifest = read_manifest(self.model_dir)
+        if "feature_spec" in manifest:
+            raise BadInput("model_dir", self.model_dir, "this server takes Criteo's raw columns, but the model "
+                                                        "was trained on a feature spec: serve its model.onnx "
+                                                        "with onnxruntime or Triton directly (serving.json "
+                                                        "names its inputs)")
         self.hash_buckets = int(manifest["hash_buckets"])
         self._session = session(self.model_dir)
         self.ready = True

@@ -21,27 +21,34 @@ class TrainData:
         where: the split's path or ``s3://`` URI.
         shards: how many Parquet shards it has.
         hash_buckets: the buckets prep hashed it into (0 for data in a store: the trainers read it).
+        features: its feature spec (a :class:`ctr_model.feature_spec.FeatureSpec`; ``None``: the
+            Criteo layout, or data in a store).
     """
 
     where: str
     shards: int
     hash_buckets: int
+    features: Any = None
 
 
-def check_train_data(data_path: str, trainers: int, *, field: str, client: Any = None) -> TrainData:
+def check_train_data(data_path: str, trainers: int, *, field: str, client: Any = None,
+                     model: str = "dnn") -> TrainData:
     """Both backends' checks of the training data, made before any gang starts (seconds, not hours).
 
     The ``train`` split must exist with this code's schema and at least ``trainers`` shards; a local
-    ``test`` split (scored after training) must match it.
+    ``test`` split (scored after training) must match it; a local split's feature spec must suit the
+    model family (``deepfm`` cannot mix ``embedding_dim`` values).
 
     Args:
         data_path: a prep output (or its train split); an ``s3://`` URI needs ``client``.
         trainers: the gang's trainers (each takes whole shards).
         field: the parameter that named ``data_path`` (for the error).
         client: a :class:`ctr_model.store.Store` when ``data_path`` is in the object store.
+        model: the run's model family (``TrainConfig.model``).
 
     Raises:
-        BadInput: naming ``field`` (missing, unreadable or mismatched data) or ``trainers``.
+        BadInput: naming ``field`` (missing, unreadable or mismatched data), ``trainers`` or
+            ``config.model`` (a family that cannot train the spec's embedding dims).
     """
     from ctr_model.data import DataError, check_enough_shards, resolve_split, trainable_features
     from ctr_model.features import SchemaMismatch
@@ -58,7 +65,9 @@ def check_train_data(data_path: str, trainers: int, *, field: str, client: Any =
         else:
             split = resolve_split(data_path, "train")
             check_test_split(data_path, split)   # scored after training: a bad one must fail before it
-            found = TrainData(where=split.path, shards=len(split.files), hash_buckets=split.hash_buckets)
+            found = TrainData(where=split.path, shards=len(split.files), hash_buckets=split.hash_buckets,
+                              features=split.features)
+            _check_dims(model, split.features)
     except (DataError, SchemaMismatch, StoreError) as exc:
         raise BadInput(field, data_path, str(exc)) from None
     try:
@@ -68,20 +77,33 @@ def check_train_data(data_path: str, trainers: int, *, field: str, client: Any =
     return found
 
 
+def _check_dims(model: str, features: Any) -> None:
+    from ctr_model.sparse_tables import mixed_dims_refusal, sparse_tables
+
+    refusal = mixed_dims_refusal(model, sparse_tables(features, 1))
+    if refusal:
+        raise BadInput("config.model", model, refusal)
+
+
 def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
-                     data_hash_buckets: Optional[int]) -> None:
+                     data_hash_buckets: Optional[int], features: Any = None) -> None:
     """Refuse, as bad input, an init model the run described by ``config`` cannot continue.
 
-    ``hash_buckets`` follows the data when the config leaves it out, as in the trainers.
+    ``hash_buckets`` follows the data when the config leaves it out, and ``embedding_dim`` the first
+    sparse table's of the data's feature spec, as in the trainers; ``features``
+    (:attr:`TrainData.features`, ``None``: Criteo) is compared feature by feature.
     """
     from ctr_model.config import TrainConfig
     from ctr_model.features import SCHEMA_VERSION
+    from ctr_model.sparse_tables import sparse_tables
     from ctr_model.warm_start import WarmStartError, check_compatible, read_init_model
 
     full = TrainConfig.from_dict(config).to_dict()
     if "hash_buckets" not in config and data_hash_buckets:
         full["hash_buckets"] = data_hash_buckets
+    full["embedding_dim"] = sparse_tables(features, full["embedding_dim"])[0].dim
     try:
-        check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION)
+        check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION,
+                         features.to_dict() if features is not None else None)
     except WarmStartError as exc:
         raise BadInput("init_model", init_model, str(exc)) from None

@@ -110,15 +110,16 @@ def train_local(data_dir: str, model_dir: str,
     client = _store_client(os.fspath(data_dir), output_dir, env)
     if not s3.is_uri(os.fspath(data_dir)):
         data_dir = os.path.abspath(os.fspath(data_dir))
-    hash_buckets = check_train_data(data_dir, trainers, field="data_dir",
-                                    client=client if s3.is_uri(data_dir) else None).hash_buckets
+    data = check_train_data(data_dir, trainers, field="data_dir", model=cfg.get("model", "dnn"),
+                            client=client if s3.is_uri(data_dir) else None)
+    hash_buckets = data.hash_buckets
     _check_output_prefix(output_dir, client)
     if "hash_buckets" in cfg and hash_buckets and cfg["hash_buckets"] != hash_buckets:
         raise BadInput("config.hash_buckets", cfg["hash_buckets"],
                        f"the data was hashed into {hash_buckets} buckets; drop the field or use that")
     if init_model:
         init_model = os.path.abspath(os.fspath(init_model))
-        check_init_model(init_model, cfg, pservers, hash_buckets or None)
+        check_init_model(init_model, cfg, pservers, hash_buckets or None, data.features)
     model_dir = writable_dir("model_dir", model_dir)
     own_workdir = not workdir
     workdir = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="ctr-train-")

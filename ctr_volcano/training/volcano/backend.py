@@ -91,9 +91,10 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
     ``client`` (a :class:`ctr_model.store.Store`) when ``data_path`` is an ``s3://`` URI.
     """
     config = checked_train_config(train_config_of(params))
-    data = check_train_data(data_path, params.trainers, field="train_data", client=client)
+    data = check_train_data(data_path, params.trainers, field="train_data", client=client,
+                            model=config.get("model", "dnn"))
     if init_model:
-        check_init_model(init_model, config, params.pservers, data.hash_buckets or None)
+        check_init_model(init_model, config, params.pservers, data.hash_buckets or None, data.features)
 
 
 def run_owner_references(client: Any, namespace: str, *, pod_name: Optional[str] = None,
