@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Tuple
 from urllib.parse import urlparse
 
+from ctr_model.space import NoSpace, free_bytes, is_enospc
+
 __all__ = ["StoreError", "StoreConfig", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
            "ENV_ENDPOINT", "ENV_REGION", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
            "UPLOAD_THREADS", "filesystem_for"]
@@ -297,7 +299,19 @@ class Store:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 self._copy(self.fs, f"{src}/{rel}" if rel else src, self.local, target)
         except OSError as exc:
+            if is_enospc(exc):   # the local disk, not the store: name it and the room needed
+                raise NoSpace(dst, self._bytes(src), free_bytes(dst)) from None
             raise _explain(exc, uri, self.config) from None
+
+    def _bytes(self, path: str) -> int:
+        """Bytes of the object or the objects under ``path`` (a store path, no scheme)."""
+        from pyarrow import fs as pafs
+
+        info = self.fs.get_file_info(path)
+        if info.type == pafs.FileType.File:
+            return int(info.size or 0)
+        infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        return sum(int(i.size or 0) for i in infos if i.type == pafs.FileType.File)
 
     def upload(self, local_path: str, uri: str) -> None:
         """Stream one file, or a directory tree, from ``local_path`` to ``uri``."""

@@ -25,7 +25,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
+from ctr_model.space import tree_bytes
 from ctr_volcano.errors import BadInput
+from ctr_volcano.util.outputs import room_for
 
 __all__ = ["ModelRegistry", "ModelVersion", "CHAMPION_FILE", "VERSION_FILE"]
 
@@ -163,13 +165,16 @@ class ModelRegistry:
             raise BadInput("model", model_dir, "pass the exported model directory (with model_meta.json)")
         vdir = f"{self.base}/versions/{version}"
         self.fs.delete_dir_contents(vdir, missing_dir_ok=True)   # a half-written earlier attempt
-        self.fs.create_dir(f"{vdir}/model", recursive=True)
-        pafs.copy_files(os.path.abspath(model_dir), f"{vdir}/model",
-                        source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs)
         meta = {"version": version, "model_name": self.model_name, "metrics": dict(metrics),
                 "window": dict(window or {}), "parent": parent, "decision": dict(decision or {}),
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")}
-        self._write_json(f"{vdir}/{VERSION_FILE}", meta)   # last: marks the version complete
+        # a full volume: nothing partial stays registered, and the champion is untouched
+        with room_for("registry", self._uri(vdir), lambda: tree_bytes(model_dir),
+                      cleanup=lambda: self.fs.delete_dir(vdir)):
+            self.fs.create_dir(f"{vdir}/model", recursive=True)
+            pafs.copy_files(os.path.abspath(model_dir), f"{vdir}/model",
+                            source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs)
+            self._write_json(f"{vdir}/{VERSION_FILE}", meta)   # last: marks the version complete
         return ModelVersion(version=version, model_uri=self._uri(f"{vdir}/model"), meta=meta)
 
     def promote(self, version: str) -> Dict[str, Any]:
