@@ -42,15 +42,21 @@ def is_enospc(exc: BaseException) -> bool:
     return exc.errno == errno.ENOSPC or f"[errno {errno.ENOSPC}]" in str(exc).lower()
 
 
-def tree_bytes(path: str) -> int:
-    """Bytes in the regular files at ``path`` (a file or a directory tree); 0 when it is missing."""
+def tree_bytes(path: str, *, allocated: bool = False) -> int:
+    """Bytes in the regular files at ``path`` (a file or a directory tree); 0 when it is missing.
+
+    ``allocated``: the blocks they take on disk (what they cost the volume) instead of their sizes.
+    """
+    def size(st: os.stat_result) -> int:
+        return st.st_blocks * 512 if allocated else st.st_size
+
     if os.path.isfile(path):
-        return os.path.getsize(path)
+        return size(os.lstat(path))
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
             try:
-                total += os.lstat(os.path.join(root, name)).st_size
+                total += size(os.lstat(os.path.join(root, name)))
             except FileNotFoundError:
                 pass
     return total
@@ -74,7 +80,8 @@ def one_line_if_full(path: str, needed: Union[int, Callable[[], int], None] = No
     Args:
         path: what the block writes (named in the message; its filesystem is measured).
         needed: the bytes the block writes, or a function computing them after the failure; ``None``:
-            unknown, so the message gives what the block had written under ``path`` as a lower bound.
+            unknown, so the message gives a lower bound: the blocks the block had filled under
+            ``path`` plus the bytes still free when it failed.
         cleanup: removes the block's half-written output; called before the free space is measured.
     """
     try:
@@ -87,7 +94,8 @@ def one_line_if_full(path: str, needed: Union[int, Callable[[], int], None] = No
         known: Optional[int] = needed() if callable(needed) else needed
         if isinstance(exc, NoSpace):
             known = exc.needed if known is None else known
-        amount = tree_bytes(path) if known is None else known
+        # unknown: what the block wrote plus the room it still had (not enough) is a lower bound
+        amount = tree_bytes(path, allocated=True) + free_bytes(path) if known is None else known
         if cleanup is not None:
             cleanup()
         raise NoSpace(path, amount, free_bytes(path), at_least=known is None) from None

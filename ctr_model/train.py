@@ -51,7 +51,7 @@ from ctr_model.feature_spec import FeatureSpec
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.pid1 import supervise_if_pid1
 from ctr_model.rendezvous import serve_rendezvous, wait_for_endpoints
-from ctr_model.space import NoSpace, one_line_if_full
+from ctr_model.space import NoSpace, free_bytes, is_enospc, one_line_if_full
 from ctr_model.tablegzip import use_fast_gzip
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
@@ -752,6 +752,14 @@ def _check_reachable(output_dir: str) -> None:
                               f"user can reach it, or fix that directory's permissions")
 
 
+def _full_elsewhere(exc: OSError, output_dir: str) -> str:
+    """One line for an ENOSPC outside the guarded writes (a log, Paddle's own files)."""
+    where = f" writing {exc.filename}" if exc.filename else ""
+    room = "" if s3.is_uri(output_dir) else f"; {free_bytes(output_dir)} bytes free in {output_dir}"
+    return (f"no space left on device{where} ({exc}){room}: free space on that volume or give it "
+            f"more room")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     setup_logging()
     supervised = supervise_if_pid1("ctr_model.train", sys.argv[1:] if argv is None else argv)
@@ -804,6 +812,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except PeersUnreachable as exc:
         log.error(f"{spec.name}: error: {exc}")
         return 1
+    except OSError as exc:
+        if not is_enospc(exc):
+            raise
+        log.error(f"{spec.name}: error: {_full_elsewhere(exc, spec.output_dir)}")   # a restart fills it again
+        return EXIT_BAD_INPUT
     finally:
         if scratch is not None:
             import shutil

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.tinyvolume import last_json, needs_mount_namespaces, python_on_tiny_volume
 
@@ -137,3 +140,63 @@ except NoSpace as exc:
     assert seen["error"] is not None
     _assert_one_line(seen["error"], str(tmp_path / "vol" / "model"),
                      300 * KIB + len(json.dumps({"format": "ctr-dnn-ps-v1"})))
+
+
+@pytest.fixture
+def gang_id():
+    from tests.gang_helpers import gang_job_id
+
+    yield from gang_job_id("fulltest", grace_s=10, poll_s=0.2)
+
+
+@pytest.mark.slow
+def test_a_gang_whose_volume_fills_during_the_export_fails_in_one_line(tmp_path, gang_id):
+    """A real 1x1 gang on the local backend, its output directory a 64 MiB volume (the role logs
+    are elsewhere, as on a cluster), trains once (measuring its export);
+    then, with the volume filled to leave half the export's room, the same workdir resumes from
+    its complete checkpoint straight into the export: trainer 0 exits 2 with one line naming the
+    model directory and a lower bound of the bytes it needed, the gang is not restarted, no half
+    model is left, and the checkpoint stays complete for a later run."""
+    from tests.gang_helpers import SMALL, write_small_planted
+
+    data, _ = write_small_planted(tmp_path / "planted")
+    script = f"""
+import json, os, shutil, subprocess
+from ctr_model.space import tree_bytes
+from ctr_volcano.errors import TrainingJobFailed
+from ctr_volcano.training.local.backend import train_local
+vol = os.environ["VOLUME"]   # the hand-off volume: the gang's output directory (logs elsewhere)
+work = os.path.dirname(vol)
+model = os.path.join(vol, "model")
+def train(out):
+    return train_local({data!r}, out, {{**{SMALL!r}, "epochs": 1}}, pservers=1, trainers=1,
+                       max_retry=1, workdir=work, job_id={gang_id!r})
+train({str(tmp_path / "first")!r})
+export = tree_bytes(model, allocated=True)
+shutil.rmtree(model)   # the second export would remove it first anyway
+st = os.statvfs(vol)
+leave = export // 2
+subprocess.run(["fallocate", "-l", str(st.f_bavail * st.f_frsize - leave), os.path.join(vol, "filler")],
+               check=True)
+out = {{"export": export, "left": os.statvfs(vol).f_bavail * os.statvfs(vol).f_frsize}}
+try:
+    train({str(tmp_path / "second")!r})
+except TrainingJobFailed as exc:
+    out.update(error=str(exc).splitlines()[0], phase=exc.phase, role=exc.role, exit_code=exc.exit_code,
+               tail=exc.log_tail[-3000:])
+out.update(model_left=os.path.exists(model), model_out=os.listdir({str(tmp_path / "second")!r}),
+           checkpoint=sorted(os.listdir(os.path.join(vol, "checkpoints", "epoch-1"))))
+print(json.dumps(out))
+"""
+    started = time.monotonic()
+    seen = last_json(python_on_tiny_volume(tmp_path / "w" / "output", "64m", script, timeout=600))
+    print(f"\nfull-volume gang: {seen} after {time.monotonic() - started:.1f}s")
+    assert seen.get("error"), f"the export fitted into {seen['left']} bytes: {seen}"
+    assert seen["phase"] == "BadInput" and seen["exit_code"] == 2 and seen["role"] == "trainer-0", seen
+    model_dir = str(tmp_path / "w" / "output" / "model")
+    assert f"no space left on device writing {model_dir}: more than " in seen["error"], seen
+    lower_bound = int(seen["error"].split(": more than ")[1].split(" ")[0])
+    free = int(seen["error"].split(" bytes free there")[0].rsplit(" ", 1)[1])
+    assert free < seen["export"] and lower_bound <= seen["export"], seen   # honest figures
+    assert seen["model_left"] is False and seen["model_out"] == []
+    assert "_COMPLETE" in seen["checkpoint"]
