@@ -360,6 +360,17 @@ def test_an_api_outage_is_waited_out_for_its_time_bound(fake, client, spec, tmp_
     assert 0.5 <= time.monotonic() - started < 5
 
 
+def test_a_refusal_right_after_an_outage_is_part_of_it(fake, client, spec, tmp_path):
+    """A restarted API server answers 403 until its RBAC caches fill: after a transient error a
+    403 is retried (within api_outage_s); the first call's 403 still fails at once (below)."""
+    fake.fail_next = [("get jobs", 503), ("get jobs", 403), ("get jobs", 403)]
+    fake.script = [lambda f: running(f), complete(tmp_path / "out")]
+    logs = []
+    result = launcher(client, spec, logs).run()
+    assert result.metrics["rows"] == 1000
+    assert sum("refused right after an outage" in line for line in logs) == 2, logs
+
+
 def test_forbidden_names_rbac_fix(fake, client, spec):
     fake.forbid = "create jobs"
     with pytest.raises(BadInput) as exc:

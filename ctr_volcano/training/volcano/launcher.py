@@ -381,6 +381,16 @@ class VolcanoLauncher:
         while True:
             try:
                 result = fn(*args, **kwargs)
+            except BadInput as exc:
+                # A restarted API server refuses (403) until its RBAC caches are filled (seen on
+                # process nodes): after an outage, a refusal is part of it; never before one.
+                if not (attempt and exc.field == "rbac" and time.monotonic() - started < outage_s):
+                    raise
+                delay = min(self.poll_s * (2 ** attempt), 30.0)
+                self.log(f"[volcano] refused right after an outage, retrying in {delay:.1f}s: {exc}")
+                time.sleep(delay)
+                attempt += 1
+                continue
             except TransientError as exc:
                 down = time.monotonic() - started
                 if attempt >= self.max_api_retries and down >= outage_s:
