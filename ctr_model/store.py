@@ -272,7 +272,7 @@ class Store:
         from pyarrow import fs as pafs
 
         try:
-            info = self.fs.get_file_info(self._path(uri))
+            info = self._info(self.fs, self._path(uri))
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
         return info.type != pafs.FileType.NotFound
@@ -283,7 +283,7 @@ class Store:
 
         base = self._path(uri).rstrip("/")
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=recursive,
+            infos = self._info(self.fs, pafs.FileSelector(base, recursive=recursive,
                                                             allow_not_found=True))
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
@@ -308,7 +308,7 @@ class Store:
         from pyarrow import fs as pafs
 
         try:
-            info = self.fs.get_file_info(self._path(uri))
+            info = self._info(self.fs, self._path(uri))
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
         if info.type == pafs.FileType.NotFound or info.mtime is None:
@@ -331,16 +331,22 @@ class Store:
         """:func:`copy_stream`, retried whole while the store is down (see :func:`retrying`)."""
         retrying(f"copy {src} -> {dst}", lambda: copy_stream(src_fs, src, dst_fs, dst))
 
+    def _info(self, fs, what: Any) -> Any:
+        """``fs.get_file_info(what)``, retried while the store restarts (local files: once)."""
+        if fs is self.local:
+            return fs.get_file_info(what)
+        return retrying(f"list {getattr(what, 'base_dir', what)}", lambda: fs.get_file_info(what))
+
     def _tree(self, fs, base: str) -> List[str]:
         """Relative paths of the files under ``base`` (``[""]`` when ``base`` is a file)."""
         from pyarrow import fs as pafs
 
-        info = fs.get_file_info(base)
+        info = self._info(fs, base)
         if info.type == pafs.FileType.File:
             return [""]
         if info.type == pafs.FileType.NotFound:
             raise FileNotFoundError(base)
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        infos = self._info(fs, pafs.FileSelector(base, recursive=True))
         return sorted(i.path[len(base.rstrip("/")) + 1:] for i in infos if i.type == pafs.FileType.File)
 
     def download(self, uri: str, local_path: str) -> None:
@@ -389,11 +395,11 @@ class Store:
 
         path = self._path(uri)
         try:
-            info = self.fs.get_file_info(path)
+            info = self._info(self.fs, path)
             if info.type == pafs.FileType.File:
-                self.fs.delete_file(path)
+                retrying(f"delete {uri}", lambda: self.fs.delete_file(path))
             elif info.type == pafs.FileType.Directory:
-                self.fs.delete_dir(path)
+                retrying(f"delete {uri}", lambda: self.fs.delete_dir(path))
         except FileNotFoundError:
             return
         except OSError as exc:
