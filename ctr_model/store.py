@@ -18,14 +18,22 @@ Every failure is a :class:`StoreError` whose one-line message names the URI and 
 """
 from __future__ import annotations
 
+import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar
 from urllib.parse import urlparse
 
+from ctr_model.space import NoSpace, free_bytes, is_enospc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 __all__ = ["StoreError", "StoreConfig", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
-           "ENV_ENDPOINT", "ENV_REGION", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
+           "ENV_ENDPOINT", "ENV_REGION", "ENV_RETRY", "RETRY_BUDGET_S", "retrying", "is_transient",
+           "retry_budget_s", "copy_stream", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
            "UPLOAD_THREADS", "filesystem_for"]
 
 ENV_ENDPOINT = "CTR_S3_ENDPOINT"
@@ -38,6 +46,20 @@ ADDRESSING = ("path", "virtual")
 COPY_CHUNK = 4 << 20
 #: Files uploaded at once (memory stays below UPLOAD_THREADS x COPY_CHUNK plus the SDK's buffers).
 UPLOAD_THREADS = 4
+#: How long one object's copy keeps retrying a store that is down or restarting (seconds; the
+#: ``CTR_S3_RETRY_S`` variable overrides it). A SeaweedFS restart took 12-32 s from kill to ready
+#: here (tests/test_store_faults.py, a loaded 2-core machine); one minute covers a restarted store
+#: pod without hiding a store that is gone for good.
+RETRY_BUDGET_S = 60.0
+ENV_RETRY = "CTR_S3_RETRY_S"
+_BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.5, 8.0
+#: Words of pyarrow's (AWS SDK's) messages for a store that is down, restarting or overloaded.
+_TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "connection reset",
+              "connection was reset", "timeout was reached", "timed out", "curl error",
+              "network connection", "failed to connect", "broken pipe", "empty reply",
+              "http status 500", "http status 502", "http status 503", "http status 504",
+              "internalerror", "serviceunavailable", "slowdown", "service unavailable",
+              "unexpected eof", "recv failure", "send failure", "network_connection")
 
 
 class StoreError(ValueError):
@@ -115,6 +137,52 @@ class StoreConfig:
     def to_env(self) -> dict:
         """The non-secret variables (credentials travel separately, by Secret reference)."""
         return {ENV_ENDPOINT: self.endpoint, ENV_REGION: self.region, ENV_ADDRESSING: self.addressing}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a store error may pass when retried (down, restarting, overloaded), not a refusal."""
+    if not isinstance(exc, OSError) or isinstance(exc, FileNotFoundError) or is_enospc(exc):
+        return False
+    low = " ".join(str(exc).split()).lower()
+    return any(word in low for word in _TRANSIENT)
+
+
+def retry_budget_s(env: Optional[Mapping[str, str]] = None) -> float:
+    """``CTR_S3_RETRY_S`` (seconds), else :data:`RETRY_BUDGET_S`."""
+    raw = (os.environ if env is None else env).get(ENV_RETRY, "").strip()
+    try:
+        return float(raw) if raw else RETRY_BUDGET_S
+    except ValueError:
+        raise StoreError(f"{ENV_RETRY}={raw!r}: give seconds, e.g. 60") from None
+
+
+def retrying(what: str, call: Callable[[], T], budget_s: Optional[float] = None) -> T:
+    """``call()``, retried with doubling backoff (0.5 s up to 8 s) while the store is unreachable
+    or answers 5xx, for at most ``budget_s`` seconds; then its last error is raised.
+
+    Only whole idempotent operations go through here (one object's PUT from its start, one GET), so
+    a retry never leaves half an object: a store sees the complete object or none.
+    """
+    budget = retry_budget_s() if budget_s is None else budget_s
+    deadline = time.monotonic() + budget
+    delay, failures = _BACKOFF_FIRST_S, 0
+    while True:
+        try:
+            result = call()
+        except OSError as exc:
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                if failures:
+                    log.warning(f"store: {what}: giving up after {failures + 1} attempts in "
+                                f"{budget - (deadline - time.monotonic()):.1f}s (budget {budget:g}s, {ENV_RETRY})")
+                raise
+            failures += 1
+            log.warning(f"store: {what}: {' '.join(str(exc).split())[:160]}; retry {failures} in {delay:g}s")
+            time.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX_S)
+            continue
+        if failures:
+            log.info(f"store: {what}: succeeded after {failures} retries")
+        return result
 
 
 def _explain(exc: BaseException, uri: str, config: StoreConfig) -> StoreError:
@@ -204,7 +272,7 @@ class Store:
         from pyarrow import fs as pafs
 
         try:
-            info = self.fs.get_file_info(self._path(uri))
+            info = self._info(self.fs, self._path(uri))
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
         return info.type != pafs.FileType.NotFound
@@ -215,7 +283,7 @@ class Store:
 
         base = self._path(uri).rstrip("/")
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=recursive,
+            infos = self._info(self.fs, pafs.FileSelector(base, recursive=recursive,
                                                             allow_not_found=True))
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
@@ -224,9 +292,12 @@ class Store:
 
     def read_bytes(self, uri: str) -> Optional[bytes]:
         """A small object's bytes, or ``None`` when it does not exist."""
-        try:
+        def get() -> bytes:
             with self.fs.open_input_stream(self._path(uri), compression=None) as fh:
                 return fh.read()
+
+        try:
+            return retrying(f"get {uri}", get)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -237,7 +308,7 @@ class Store:
         from pyarrow import fs as pafs
 
         try:
-            info = self.fs.get_file_info(self._path(uri))
+            info = self._info(self.fs, self._path(uri))
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
         if info.type == pafs.FileType.NotFound or info.mtime is None:
@@ -247,44 +318,35 @@ class Store:
     # --------------------------------------------------------------------------------- writes
     def write_bytes(self, uri: str, data: bytes) -> None:
         """Put one small object (a single PUT: readers see all of it or nothing)."""
-        try:
+        def put() -> None:
             with self.fs.open_output_stream(self._path(uri), compression=None) as fh:
                 fh.write(data)
+
+        try:
+            retrying(f"put {uri}", put)
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 
     def _copy(self, src_fs, src: str, dst_fs, dst: str) -> None:
-        """Stream one file in ``COPY_CHUNK`` pieces; closes the output explicitly, so an upload
-        the server refuses raises here (a stream closed by its destructor only logs the error).
-        Bytes as they are: pyarrow's default ``compression="detect"`` would gunzip every ``.gz`` (the
-        sparse-table files) on read and gzip it again on write -- at a few MB/s, most of what the
-        object store cost a 1M-row run (bench/train.py --store s3)."""
-        with src_fs.open_input_stream(src, compression=None) as fin:
-            out = dst_fs.open_output_stream(dst, compression=None)
-            try:
-                while True:
-                    chunk = fin.read(COPY_CHUNK)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-            except BaseException:
-                try:
-                    out.close()
-                except OSError:
-                    pass
-                raise
-            out.close()
+        """:func:`copy_stream`, retried whole while the store is down (see :func:`retrying`)."""
+        retrying(f"copy {src} -> {dst}", lambda: copy_stream(src_fs, src, dst_fs, dst))
+
+    def _info(self, fs, what: Any) -> Any:
+        """``fs.get_file_info(what)``, retried while the store restarts (local files: once)."""
+        if fs is self.local:
+            return fs.get_file_info(what)
+        return retrying(f"list {getattr(what, 'base_dir', what)}", lambda: fs.get_file_info(what))
 
     def _tree(self, fs, base: str) -> List[str]:
         """Relative paths of the files under ``base`` (``[""]`` when ``base`` is a file)."""
         from pyarrow import fs as pafs
 
-        info = fs.get_file_info(base)
+        info = self._info(fs, base)
         if info.type == pafs.FileType.File:
             return [""]
         if info.type == pafs.FileType.NotFound:
             raise FileNotFoundError(base)
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        infos = self._info(fs, pafs.FileSelector(base, recursive=True))
         return sorted(i.path[len(base.rstrip("/")) + 1:] for i in infos if i.type == pafs.FileType.File)
 
     def download(self, uri: str, local_path: str) -> None:
@@ -297,7 +359,19 @@ class Store:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 self._copy(self.fs, f"{src}/{rel}" if rel else src, self.local, target)
         except OSError as exc:
+            if is_enospc(exc):   # the local disk, not the store: name it and the room needed
+                raise NoSpace(dst, self._bytes(src), free_bytes(dst)) from None
             raise _explain(exc, uri, self.config) from None
+
+    def _bytes(self, path: str) -> int:
+        """Bytes of the object or the objects under ``path`` (a store path, no scheme)."""
+        from pyarrow import fs as pafs
+
+        info = self.fs.get_file_info(path)
+        if info.type == pafs.FileType.File:
+            return int(info.size or 0)
+        infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        return sum(int(i.size or 0) for i in infos if i.type == pafs.FileType.File)
 
     def upload(self, local_path: str, uri: str) -> None:
         """Stream one file, or a directory tree, from ``local_path`` to ``uri``."""
@@ -321,15 +395,38 @@ class Store:
 
         path = self._path(uri)
         try:
-            info = self.fs.get_file_info(path)
+            info = self._info(self.fs, path)
             if info.type == pafs.FileType.File:
-                self.fs.delete_file(path)
+                retrying(f"delete {uri}", lambda: self.fs.delete_file(path))
             elif info.type == pafs.FileType.Directory:
-                self.fs.delete_dir(path)
+                retrying(f"delete {uri}", lambda: self.fs.delete_dir(path))
         except FileNotFoundError:
             return
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
+
+
+def copy_stream(src_fs, src: str, dst_fs, dst: str) -> None:
+    """Stream one file between pyarrow filesystems in ``COPY_CHUNK`` pieces; closes the output explicitly, so an upload
+    the server refuses raises here (a stream closed by its destructor only logs the error).
+    Bytes as they are: pyarrow's default ``compression="detect"`` would gunzip every ``.gz`` (the
+    sparse-table files) on read and gzip it again on write -- at a few MB/s, most of what the
+    object store cost a 1M-row run (bench/train.py --store s3)."""
+    with src_fs.open_input_stream(src, compression=None) as fin:
+        out = dst_fs.open_output_stream(dst, compression=None)
+        try:
+            while True:
+                chunk = fin.read(COPY_CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+        except BaseException:
+            try:
+                out.close()
+            except OSError:
+                pass
+            raise
+        out.close()
 
 
 def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tuple[Any, str]:

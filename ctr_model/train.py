@@ -51,6 +51,7 @@ from ctr_model.feature_spec import FeatureSpec
 from ctr_model.logs import human_seconds, setup_logging
 from ctr_model.pid1 import supervise_if_pid1
 from ctr_model.rendezvous import serve_rendezvous, wait_for_endpoints
+from ctr_model.space import NoSpace, free_bytes, is_enospc, one_line_if_full
 from ctr_model.tablegzip import use_fast_gzip
 from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible, export_checkpoint, read_init_model
 
@@ -580,9 +581,6 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     calibrated model meta; then it publishes the model."""
     import shutil
 
-    import numpy as np
-    import paddle
-
     if spec.index != 0:
         return
     last = ckpt.latest_complete(ws.root)
@@ -593,7 +591,18 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
     shutil.rmtree(model_dir, ignore_errors=True)
     if isinstance(ws, wsp.StoreWorkspace):
         ws.remove(MODEL_DIR)
-    os.makedirs(model_dir)
+    # a full volume: one line naming the model directory, and no half model left to collect
+    with one_line_if_full(model_dir, cleanup=lambda: shutil.rmtree(model_dir, ignore_errors=True)):
+        os.makedirs(model_dir)
+        _write_export(spec, config, fleet, last, model_dir, train_files, features)
+    ws.publish(MODEL_DIR)
+
+
+def _write_export(spec: RoleSpec, config: TrainConfig, fleet, last: ckpt.Checkpoint, model_dir: str,
+                  train_files: Sequence[str], features: Optional[FeatureSpec]) -> None:
+    import numpy as np
+    import paddle
+
     _pull_dense(fleet)
     from ctr_model.net import dense_param_names
     scope = paddle.static.global_scope()
@@ -621,7 +630,6 @@ def _export(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet,
         _log(spec, f"wrote {model_dir}/model.onnx ({served['sparse_keys']} keys) and the Triton repository")
     except NotServable as exc:
         _log(spec, f"no ONNX export: {exc}")
-    ws.publish(MODEL_DIR)
 
 
 def _export_sparse(config: TrainConfig, features: Optional[FeatureSpec], fleet, model_dir: str,
@@ -684,9 +692,10 @@ def _save_checkpoint(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fle
     fleet.save_persistables(exe, path)            # collective: barrier, pservers write, barrier
     if spec.index == 0:
         ws.request_publish(rel, [f"{PSERVER}-{i}" for i in range(spec.pservers)], spec.publish_timeout_s)
-        ckpt.mark_complete(path, {"epoch": epoch, "pservers": spec.pservers,
-                                  "trainers": spec.trainers, "config": config.to_dict(),
-                                  "job_id": spec.job_id, "time": time.time()})
+        with one_line_if_full(path):   # the pservers' tables fitted; the markers may not
+            ckpt.mark_complete(path, {"epoch": epoch, "pservers": spec.pservers,
+                                      "trainers": spec.trainers, "config": config.to_dict(),
+                                      "job_id": spec.job_id, "time": time.time()})
         ws.publish(f"{rel}/meta.json")
         ws.publish(f"{rel}/{ckpt.COMPLETE_MARKER}")   # last: the checkpoint is complete
         for name in ckpt.prune(ws.root, config.keep_checkpoints):
@@ -777,6 +786,14 @@ def _check_reachable(output_dir: str) -> None:
                               f"user can reach it, or fix that directory's permissions")
 
 
+def _full_elsewhere(exc: OSError, output_dir: str) -> str:
+    """One line for an ENOSPC outside the guarded writes (a log, Paddle's own files)."""
+    where = f" writing {exc.filename}" if exc.filename else ""
+    room = "" if s3.is_uri(output_dir) else f"; {free_bytes(output_dir)} bytes free in {output_dir}"
+    return (f"no space left on device{where} ({exc}){room}: free space on that volume or give it "
+            f"more room")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     setup_logging()
     supervised = supervise_if_pid1("ctr_model.train", sys.argv[1:] if argv is None else argv)
@@ -822,12 +839,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         if spec.role == PSERVER:
             return run_pserver(spec, config, ws)
         return run_trainer(spec, config, ws, explicit_buckets)
-    except (ConfigError, DataError, WarmStartError, s3.StoreError) as exc:
+    except (ConfigError, DataError, WarmStartError, s3.StoreError, NoSpace) as exc:
+        # a full volume stays full when the gang restarts: exit 2 ends the Job with this line
         log.error(f"{spec.name}: error: {exc}")
         return EXIT_BAD_INPUT
     except PeersUnreachable as exc:
         log.error(f"{spec.name}: error: {exc}")
         return 1
+    except OSError as exc:
+        if not is_enospc(exc):
+            raise
+        log.error(f"{spec.name}: error: {_full_elsewhere(exc, spec.output_dir)}")   # a restart fills it again
+        return EXIT_BAD_INPUT
     finally:
         if scratch is not None:
             import shutil

@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 from typing import Any, Dict, Optional
 
-__all__ = ["CtrVolcanoError", "BadInput", "TransientError", "TrainingJobFailed", "Interrupted"]
+__all__ = ["CtrVolcanoError", "BadInput", "VolumeFull", "TransientError", "TrainingJobFailed", "Interrupted"]
 
 
 class CtrVolcanoError(Exception):
@@ -29,6 +29,19 @@ class BadInput(CtrVolcanoError, ValueError):
         self.value = value
         self.fix = fix
         super().__init__(f"{field}={value!r}: {fix}")
+
+
+class VolumeFull(BadInput):
+    """The volume a step writes is full (ENOSPC): a bad input, because a retry fills it again.
+
+    Names the field whose path it is, the path, the bytes to write and the bytes free.
+    """
+
+    def __init__(self, field: str, path: str, needed: int, free: int, at_least: bool = False):
+        self.needed, self.free = needed, free
+        amount = f"more than {needed}" if at_least else f"{needed}"
+        super().__init__(field, path, f"no space left on device: {amount} bytes to write, {free} "
+                                      f"bytes free there; free space on that volume or give it more room")
 
 
 class TransientError(CtrVolcanoError):

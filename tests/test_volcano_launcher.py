@@ -339,7 +339,36 @@ def test_transient_api_errors_are_retried(fake, client, spec, tmp_path):
 def test_transient_errors_are_bounded(fake, client, spec):
     fake.fail_next = [("get jobs", 503)] * 3
     with pytest.raises(TransientError, match="gave up after 3 attempts"):
-        launcher(client, spec, [], max_api_retries=2).run()
+        launcher(client, spec, [], max_api_retries=2, api_outage_s=0).run()
+
+
+def test_an_api_outage_is_waited_out_for_its_time_bound(fake, client, spec, tmp_path):
+    """Beyond max_api_retries, for api_outage_s: 8 failures in a row (2.6 s of backoff) pass with
+    2 retries and a 5 s bound; with a 0.5 s bound, 100 failures give up after the bound."""
+    fake.fail_next = [("get jobs", 503)] * 8
+    fake.script = [lambda f: running(f), complete(tmp_path / "out")]
+    logs = []
+    result = launcher(client, spec, logs, max_api_retries=2, api_outage_s=5).run()
+    assert result.metrics["rows"] == 1000
+    assert any("API server answers again after" in line and "(8 retries)" in line for line in logs), logs
+    assert fake.count("create", "jobs") == 1
+
+    fake.fail_next = [("get jobs", 503)] * 100
+    started = time.monotonic()
+    with pytest.raises(TransientError, match="gave up after"):
+        launcher(client, spec, [], max_api_retries=0, api_outage_s=0.5).run()
+    assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_a_refusal_right_after_an_outage_is_part_of_it(fake, client, spec, tmp_path):
+    """A restarted API server answers 403 until its RBAC caches fill: after a transient error a
+    403 is retried (within api_outage_s); the first call's 403 still fails at once (below)."""
+    fake.fail_next = [("get jobs", 503), ("get jobs", 403), ("get jobs", 403)]
+    fake.script = [lambda f: running(f), complete(tmp_path / "out")]
+    logs = []
+    result = launcher(client, spec, logs).run()
+    assert result.metrics["rows"] == 1000
+    assert sum("refused right after an outage" in line for line in logs) == 2, logs
 
 
 def test_forbidden_names_rbac_fix(fake, client, spec):

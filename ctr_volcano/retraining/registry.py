@@ -18,6 +18,7 @@ through ``pyarrow.fs`` (``s3://bucket/prefix``, ``gs://...``).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import re
@@ -25,7 +26,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
+from ctr_model.space import tree_bytes
 from ctr_volcano.errors import BadInput
+from ctr_volcano.util.outputs import room_for
 
 __all__ = ["ModelRegistry", "ModelVersion", "CHAMPION_FILE", "VERSION_FILE"]
 
@@ -138,9 +141,31 @@ class ModelRegistry:
             with self.fs.open_output_stream(tmp) as fh:
                 fh.write(payload)
             os.replace(tmp, path)
-        else:            # one PUT of a small object is atomic on S3 and GCS
-            with self.fs.open_output_stream(path) as fh:
-                fh.write(payload)
+        else:            # one PUT of a small object is atomic on S3 and GCS (retried whole)
+            from ctr_model.store import retrying
+
+            def put() -> None:
+                with self.fs.open_output_stream(path) as fh:
+                    fh.write(payload)
+
+            retrying(f"put {path}", put)
+
+    def _copy_in(self, src: str, dst: str) -> None:
+        """Copy a local tree into the registry; on an object store file by file, each retried while
+        the store restarts (``ctr_model.store.retrying``), so a blip costs a retry, not the run."""
+        import pyarrow.fs as pafs
+
+        from ctr_model.store import copy_stream, retrying
+
+        local = pafs.LocalFileSystem()
+        if self.local:
+            pafs.copy_files(src, dst, source_filesystem=local, destination_filesystem=self.fs)
+            return
+        for root, _dirs, files in os.walk(src):
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                target = f"{dst}/{os.path.relpath(path, src)}"
+                retrying(f"register {target}", functools.partial(copy_stream, local, path, self.fs, target))
 
     def register(self, model_dir: str, version: str, *, metrics: Mapping[str, Any],
                  window: Optional[Mapping[str, Any]] = None, parent: Optional[str] = None,
@@ -155,7 +180,6 @@ class ModelRegistry:
             parent: the version it was warm-started from.
             decision: the gate's decision (``publish``, ``reason``).
         """
-        import pyarrow.fs as pafs
 
         if not _NAME_RE.match(version or ""):
             raise BadInput("version", version, "use letters, digits, '.', '_' or '-' (the KFP run id is)")
@@ -163,13 +187,15 @@ class ModelRegistry:
             raise BadInput("model", model_dir, "pass the exported model directory (with model_meta.json)")
         vdir = f"{self.base}/versions/{version}"
         self.fs.delete_dir_contents(vdir, missing_dir_ok=True)   # a half-written earlier attempt
-        self.fs.create_dir(f"{vdir}/model", recursive=True)
-        pafs.copy_files(os.path.abspath(model_dir), f"{vdir}/model",
-                        source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs)
         meta = {"version": version, "model_name": self.model_name, "metrics": dict(metrics),
                 "window": dict(window or {}), "parent": parent, "decision": dict(decision or {}),
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")}
-        self._write_json(f"{vdir}/{VERSION_FILE}", meta)   # last: marks the version complete
+        # a full volume: nothing partial stays registered, and the champion is untouched
+        with room_for("registry", self._uri(vdir), lambda: tree_bytes(model_dir),
+                      cleanup=lambda: self.fs.delete_dir(vdir)):
+            self.fs.create_dir(f"{vdir}/model", recursive=True)
+            self._copy_in(os.path.abspath(model_dir), f"{vdir}/model")
+            self._write_json(f"{vdir}/{VERSION_FILE}", meta)   # last: marks the version complete
         return ModelVersion(version=version, model_uri=self._uri(f"{vdir}/model"), meta=meta)
 
     def promote(self, version: str) -> Dict[str, Any]:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional, Union
 
-from ctr_volcano.errors import BadInput
+from ctr_volcano.errors import BadInput, VolumeFull
 
-__all__ = ["writable_dir"]
+__all__ = ["writable_dir", "room_for"]
 
 
 def writable_dir(field: str, path: str) -> str:
@@ -32,3 +34,23 @@ def writable_dir(field: str, path: str) -> str:
         raise BadInput(field, path, f"cannot write there ({exc.strerror or exc}): choose a writable "
                                     f"directory") from None
     return path
+
+
+@contextmanager
+def room_for(field: str, path: str, needed: Union[int, Callable[[], int], None] = None, *,
+             cleanup: Optional[Callable[[], None]] = None) -> Iterator[None]:
+    """Run a block that writes ``path``; a full volume becomes :class:`VolumeFull` naming ``field``.
+
+    Args:
+        field: the parameter or flag that named the destination.
+        path: what the block writes.
+        needed: its bytes (or a function computing them); see :func:`ctr_model.space.one_line_if_full`.
+        cleanup: removes the block's half-written output before the free space is measured.
+    """
+    from ctr_model.space import NoSpace, one_line_if_full
+
+    try:
+        with one_line_if_full(path, needed, cleanup=cleanup):
+            yield
+    except NoSpace as exc:
+        raise VolumeFull(field, exc.path, exc.needed, exc.free, exc.at_least) from None

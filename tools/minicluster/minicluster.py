@@ -498,7 +498,7 @@ class MiniCluster:
                 if line.strip() and line.split()[0].startswith(self.netns_prefix + "-")]
 
     def _spawn(self, name: str, args: List[str], env: Optional[Dict[str, str]] = None,
-               executable: Optional[str] = None) -> None:
+               executable: Optional[str] = None, append: bool = False) -> None:
         log = self.workdir / "logs" / f"{name}.log"
         self.logs[name] = log
         full_env = dict(os.environ)
@@ -506,7 +506,7 @@ class MiniCluster:
             full_env.pop(var, None)
         full_env["NO_PROXY"] = "127.0.0.1,localhost"
         full_env.update(env or {})
-        with open(log, "wb") as fh:
+        with open(log, "ab" if append else "wb") as fh:
             self.procs[name] = subprocess.Popen(
                 [executable or str(self.bin_dir / args[0])] + args[1:], stdout=fh, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, cwd=self.workdir, env=full_env, start_new_session=True)
@@ -561,7 +561,7 @@ class MiniCluster:
         admission_off = ["TaintNodesByCondition"]
         if not self.kube_controller_manager:
             admission_off.append("ServiceAccount")
-        self._spawn("kube-apiserver", [
+        self._apiserver_args = [
             "kube-apiserver",
             f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1", f"--secure-port={self.api_port}",
@@ -577,18 +577,32 @@ class MiniCluster:
             "--kubelet-preferred-address-types=InternalIP",
             f"--cert-dir={self.workdir / 'pki'}",
             "--disable-admission-plugins=" + ",".join(admission_off),
-        ])
+        ]
+        self._spawn("kube-apiserver", self._apiserver_args)
         write_kubeconfig(self.kubeconfig, self.server, self.pki["ca"], self.admin_token,
                          user=ADMIN_TOKEN_USER)
+        self._wait("kube-apiserver /readyz", self._apiserver_ready, deadline, "kube-apiserver", interval=0.3)
+
+    def _apiserver_ready(self) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.pki["ca"]))
+        req = urllib.request.Request(self.server + "/readyz",
+                                     headers={"Authorization": f"Bearer {self.admin_token}"})
+        with urllib.request.urlopen(req, timeout=3, context=ctx) as resp:
+            return resp.status == 200
 
-        def ready() -> bool:
-            req = urllib.request.Request(self.server + "/readyz",
-                                         headers={"Authorization": f"Bearer {self.admin_token}"})
-            with urllib.request.urlopen(req, timeout=3, context=ctx) as resp:
-                return resp.status == 200
-
-        self._wait("kube-apiserver /readyz", ready, deadline, "kube-apiserver", interval=0.3)
+    def restart_apiserver(self, down_s: float = 0.0, timeout: float = 120.0) -> float:
+        """Kill kube-apiserver (SIGTERM, SIGKILL after 10 s), keep it down ``down_s``, start it
+        again on the same port, etcd and certificates, and wait for ``/readyz``; returns the seconds
+        from the kill to ready. Every other component and client reconnects on its own."""
+        t0 = time.monotonic()
+        procgroup.kill_group(self.procs["kube-apiserver"], grace=10)
+        time.sleep(down_s)
+        self._spawn("kube-apiserver", self._apiserver_args, append=True)
+        self._wait("kube-apiserver /readyz after a restart", self._apiserver_ready,
+                   time.monotonic() + timeout, "kube-apiserver", interval=0.3)
+        took = time.monotonic() - t0
+        _log(f"kube-apiserver restarted on {self.server} in {took:.1f}s")
+        return took
 
     def _start_kcm(self) -> None:
         self._spawn("kube-controller-manager", [

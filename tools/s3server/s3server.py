@@ -111,6 +111,7 @@ class S3Server:
     region: str = REGION
     proc: Optional[subprocess.Popen] = field(default=None, repr=False)
     _own_dir: bool = field(default=False, repr=False)
+    _args: List[str] = field(default_factory=list, repr=False)
 
     @classmethod
     def start(cls, weed: Path, data_dir: Optional[Path] = None, timeout_s: float = 90.0,
@@ -157,13 +158,9 @@ class S3Server:
             "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.localSocket={root / 's3.sock'}",
         ]
         log_path = root / "weed.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
         server = cls(endpoint=f"http://127.0.0.1:{s3}", access_key=access_key,
-                     secret_key=secret_key, data_dir=root, log_path=log_path, proc=proc,
-                     _own_dir=own)
+                     secret_key=secret_key, data_dir=root, log_path=log_path, _own_dir=own, _args=args)
+        server._spawn()
         try:
             server._wait_ready(timeout_s)
         except BaseException:
@@ -171,6 +168,26 @@ class S3Server:
             raise
         _log(f"weed S3 API ready at {server.endpoint} (log {log_path})")
         return server
+
+    def _spawn(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self._args, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=self.data_dir, env=env, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+
+    def restart(self, down_s: float = 0.0, timeout_s: float = 90.0) -> float:
+        """Kill weed (SIGTERM, then SIGKILL after 2 s: a pod's restart), stay down ``down_s``,
+        start it again on the same ports, data and keys; returns the seconds it was unreachable
+        (kill to ready)."""
+        assert self.proc is not None, "not running"
+        t0 = time.monotonic()
+        procgroup.kill_group(self.proc, grace=2.0)
+        time.sleep(down_s)
+        self._spawn()
+        self._wait_ready(timeout_s)
+        _log(f"weed restarted at {self.endpoint} after {time.monotonic() - t0:.1f}s")
+        return time.monotonic() - t0
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -25,7 +25,7 @@ from ctr_volcano.training.params import (
     train_config_of,
 )
 from ctr_volcano.util.deps import require
-from ctr_volcano.util.outputs import writable_dir
+from ctr_volcano.util.outputs import room_for, writable_dir
 
 if TYPE_CHECKING:
     from ctr_model.config import TrainConfig
@@ -184,13 +184,16 @@ def _copy_model_out(output_dir: str, model_dir: str, client: Any) -> Dict[str, A
     ``client`` when ``output_dir`` is an ``s3://`` prefix, else ``None``.
     """
     from ctr_model import store as s3
+    from ctr_model.space import copy_tree
 
     for name in os.listdir(model_dir):
         path = os.path.join(model_dir, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     if client is not None:
-        client.download(s3.join(output_dir, "model"), model_dir)
+        with room_for("model_dir", model_dir):
+            client.download(s3.join(output_dir, "model"), model_dir)
         return dict(json.loads((client.read_bytes(s3.join(output_dir, "metrics.json")) or b"{}").decode()))
-    shutil.copytree(os.path.join(output_dir, "model"), model_dir, dirs_exist_ok=True)
+    with room_for("model_dir", model_dir):
+        copy_tree(os.path.join(output_dir, "model"), model_dir, dirs_exist_ok=True)
     with open(os.path.join(output_dir, "metrics.json"), encoding="utf-8") as fh:
         return dict(json.load(fh))

@@ -19,7 +19,9 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from ctr_model.space import copy_tree
 from ctr_volcano.errors import BadInput
+from ctr_volcano.util.outputs import room_for
 
 __all__ = ["RunDirs", "RUNS_DIR", "prepare_run_dir", "copy_model_out", "build_pvc"]
 
@@ -60,7 +62,8 @@ def _put_on_claim(src: str, mount_path: str, dst: str) -> Tuple[str, bool]:
         return dst, False
     tmp = f"{dst}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
+    with room_for("pvc_mount_path", dst):
+        copy_tree(src, tmp)   # a half copy is removed when the claim fills
     with open(os.path.join(tmp, _DONE), "w", encoding="utf-8") as fh:
         fh.write(src + "\n")
     shutil.rmtree(dst, ignore_errors=True)
@@ -109,7 +112,8 @@ def copy_model_out(output_dir: str, model_dir: str) -> str:
     if not os.path.isdir(src):
         raise BadInput("output_dir", output_dir, "the gang wrote no model/ here; check the trainer-0 log")
     os.makedirs(model_dir, exist_ok=True)
-    shutil.copytree(src, model_dir, dirs_exist_ok=True)
+    with room_for("model_dir", model_dir):
+        copy_tree(src, model_dir, dirs_exist_ok=True)
     return model_dir
 
 

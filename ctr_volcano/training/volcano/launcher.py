@@ -88,7 +88,11 @@ class VolcanoLauncher:
         poll_s: seconds between status polls.
         explain_every_s: while Pending, how often the PodGroup reason and events are printed.
         tail_lines: log lines kept from each failed pod.
-        max_api_retries: consecutive transient API failures tolerated before giving up.
+        max_api_retries: consecutive transient API failures tolerated before giving up (at least).
+        api_outage_s: and for at least this long (seconds): an API server that restarts (an upgrade,
+            a crashed control-plane pod) is unreachable for tens of seconds while the gang keeps
+            training; the launcher keeps polling with backoff and re-attaches when it answers.
+            Pod-log reads (diagnostics) never wait for it.
         on_identity: called once with the job's identity dict (name, namespace, uid, action) as soon as
             the Job is created or found; the KFP component writes it to an output.
         local_output_dir: where this process sees ``spec.output_dir`` (default: the same path, i.e.
@@ -101,13 +105,15 @@ class VolcanoLauncher:
 
     def __init__(self, client: Any, spec: TrainJobSpec, *, log: Callable[[str], None] = logger.info,
                  poll_s: float = 5.0, explain_every_s: float = 30.0, tail_lines: int = 50,
-                 max_api_retries: int = 5, on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
+                 max_api_retries: int = 5, api_outage_s: float = 120.0, on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
                  local_output_dir: Optional[str] = None, stream_logs: bool = True,
                  delete_wait_s: float = 120.0, handle_signals: bool = True):
         if poll_s <= 0:
             raise BadInput("poll_s", poll_s, "use a positive number of seconds")
         if max_api_retries < 0:
             raise BadInput("max_api_retries", max_api_retries, "use 0 or more")
+        if api_outage_s < 0:
+            raise BadInput("api_outage_s", api_outage_s, "use 0 or more seconds")
         self.client = client
         self.spec = spec
         self.job = build_job(spec)
@@ -119,6 +125,7 @@ class VolcanoLauncher:
         self.explain_every_s = float(explain_every_s)
         self.tail_lines = int(tail_lines)
         self.max_api_retries = int(max_api_retries)
+        self.api_outage_s = float(api_outage_s)
         self.on_identity = on_identity
         self.local_output_dir = local_output_dir or spec.output_dir
         self.stream_logs = stream_logs
@@ -367,22 +374,41 @@ class VolcanoLauncher:
 
     # ------------------------------------------------------------------ internals
     def _api(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call ``fn``, retrying :class:`TransientError` up to ``max_api_retries`` times with backoff."""
-        for attempt in range(self.max_api_retries + 1):
+        """Call ``fn``, retrying :class:`TransientError` with backoff until it has failed more than
+        ``max_api_retries`` times and for ``api_outage_s`` (keyword ``outage_s`` overrides it)."""
+        outage_s = kwargs.pop("outage_s", self.api_outage_s)
+        started, attempt = time.monotonic(), 0
+        while True:
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            except BadInput as exc:
+                # A restarted API server refuses (403) until its RBAC caches are filled (seen on
+                # process nodes): after an outage, a refusal is part of it; never before one.
+                if not (attempt and exc.field == "rbac" and time.monotonic() - started < outage_s):
+                    raise
+                delay = min(self.poll_s * (2 ** attempt), 30.0)
+                self.log(f"[volcano] refused right after an outage, retrying in {delay:.1f}s: {exc}")
+                time.sleep(delay)
+                attempt += 1
+                continue
             except TransientError as exc:
-                if attempt >= self.max_api_retries:
-                    raise TransientError(f"{exc} (gave up after {attempt + 1} attempts)") from None
+                down = time.monotonic() - started
+                if attempt >= self.max_api_retries and down >= outage_s:
+                    raise TransientError(f"{exc} (gave up after {attempt + 1} attempts in {down:.0f}s)") from None
                 delay = min(self.poll_s * (2 ** attempt), 30.0)
                 self.log(f"[volcano] API error, retrying in {delay:.1f}s: {exc}")
                 time.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+                attempt += 1
+                continue
+            if attempt:
+                self.log(f"[volcano] API server answers again after {time.monotonic() - started:.1f}s "
+                         f"({attempt} retries)")
+            return result
 
     def _read_log(self, pod: str, **kwargs: Any) -> Optional[str]:
         """A pod's log, best effort: logs are diagnostics, so failing to read one never fails the step."""
         try:
-            return self._api(self.client.read_log, self.namespace, pod, **kwargs)
+            return self._api(self.client.read_log, self.namespace, pod, outage_s=0.0, **kwargs)
         except (TransientError, BadInput) as exc:
             if pod not in self._log_errors:
                 self._log_errors.add(pod)

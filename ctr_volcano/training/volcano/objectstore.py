@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ctr_volcano.errors import BadInput
+from ctr_volcano.util.outputs import room_for
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ def collect_model(client, run: StoreRun, model_dir: str) -> dict:
     if not client.exists(model_uri):
         raise BadInput("output_uri", run.output_uri, "the gang wrote no model/ here; check the trainer-0 log")
     os.makedirs(model_dir, exist_ok=True)
-    client.download(model_uri, model_dir)
+    with room_for("model_dir", model_dir):   # the store knows the model's size: NoSpace names it
+        client.download(model_uri, model_dir)
     raw = client.read_bytes(s3.join(run.output_uri, "metrics.json"))
     return json.loads(raw.decode()) if raw else {}
 

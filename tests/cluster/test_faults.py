@@ -1,0 +1,165 @@
+"""Faults of the cluster itself while a real gang trains on process nodes (issue 25).
+
+Shares the tier's session cluster (``tests/cluster/conftest.py``): a fault here is put right
+before the test ends (a restarted component is up again), so later tests see a healthy cluster.
+Every assertion is on real outcomes: the step's result, the Job's identity, the process table and
+the model's AUC.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, List
+
+import pytest
+
+from tests.cluster.helpers import get_job, job_phase, wait_for
+from tests.cluster.test_process_nodes import GangSampler, _claim, _evaluate_auc, _params
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_path, planted):
+    """kube-apiserver is killed and started again while a 2x2 gang trains: the launcher keeps
+    polling with backoff, sees the same Job when the server answers, and the step succeeds with one
+    attempt, one Job and the gang's processes never replaced; the model scores near the oracle."""
+    from kubernetes import client
+
+    from ctr_volcano.training.step import run_training_step
+
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path)
+    job = "ctr-api"
+    lines: List[str] = []
+    box: Dict[str, object] = {}
+
+    def step() -> None:
+        try:
+            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"),
+                                              _params(sandbox, claim, job, epochs=3), log=lines.append)
+        except BaseException as exc:
+            box["error"] = exc
+
+    with GangSampler(job) as sampler:
+        thread = threading.Thread(target=step, daemon=True)
+        thread.start()
+        wait_for("the four gang processes", lambda: len(sampler.live()) == 4, timeout=300,
+                 cluster=sandbox.cluster)
+        wait_for("training under way", lambda: any("[trainer-0]" in line and "epoch" in line
+                                                   for line in list(lines)), timeout=300)
+        uid = get_job(sandbox.api(), sandbox.namespace, job)["metadata"]["uid"]
+        gang = sorted(sampler.live())
+        unreachable_s = sandbox.cluster.restart_apiserver(down_s=3.0)
+        still = sorted(pid for pid in gang if pid in sampler.live())
+        thread.join(600)
+    assert not thread.is_alive(), "the step did not finish"
+    log = "\n".join(lines)
+    assert "error" not in box, f"{box.get('error')}\n{log}"
+    retries = [line for line in lines if "API error, retrying" in line]
+    refused = [line for line in lines if "refused right after an outage" in line]
+    back = [line for line in lines if "API server answers again" in line]
+    print(f"\napiserver restart: unreachable {unreachable_s:.1f}s; {len(retries)} launcher retries, "
+          f"{len(refused)} refusals (403) after it; "
+          f"{back[0].strip() if back else 'no retry line'}")
+    assert retries and back, log                      # the launcher saw the outage and got past it
+    assert still == gang, (gang, still)               # the gang kept running meanwhile
+    result = box["result"]
+    assert result.attempts == 1, log                  # no gang restart
+    api = sandbox.api()
+    jobs = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", sandbox.namespace, "jobs")["items"]
+    assert [(j["metadata"]["name"], j["metadata"]["uid"]) for j in jobs] == [(job, uid)]   # no duplicate
+    assert job_phase(api, sandbox.namespace, job) == "Completed"
+    auc = _evaluate_auc(tmp_path / "model", planted["prep"], tmp_path / "eval")
+    print(f"apiserver restart: test AUC {auc:.4f}, oracle {planted['oracle_auc']:.4f}")
+    assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
+    wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
+
+
+
+@pytest.fixture
+def own_s3(s3_server):
+    """A weed of this test's own, to restart (``s3_server`` only makes sure the binary is built)."""
+    from pathlib import Path
+
+    from tests.s3store import s3server
+
+    server = s3server.S3Server.start(Path(str(s3server.build_weed())))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _restart_at_first_object(server, prefix: str, down_s: float, seen: Dict[str, object]) -> None:
+    """Restart ``server`` as soon as an object under ``prefix`` exists (run in a thread)."""
+    import time
+
+    import pyarrow.fs as pafs
+
+    fs = server.filesystem()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not seen.get("stop"):
+        try:
+            found = [i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+                     if i.type == pafs.FileType.File]
+        except OSError:
+            found = []
+        if found:
+            seen["written_at_kill"] = len(found)
+            seen["unreachable_s"] = server.restart(down_s=down_s)
+            return
+        time.sleep(0.05)
+
+
+def test_the_store_restarted_during_a_checkpoint_upload_costs_retries_not_the_run(
+        sandbox, tmp_path, planted, own_s3, monkeypatch):
+    """SeaweedFS is killed and started again as the gang's first checkpoint lands in it (the
+    object-store hand-off, no volume): the pods' uploads retry, the step succeeds with one attempt,
+    the model is complete and near the oracle, and the run's objects are deleted."""
+    from kubernetes import client
+
+    from ctr_model import store as s3
+    from ctr_volcano.training.step import run_training_step
+
+    ns, job = sandbox.namespace, "ctr-s3-restart"
+    sandbox.add_process_nodes(2)
+    client.CoreV1Api(sandbox.api()).create_namespaced_secret(ns, {
+        "metadata": {"name": "store-creds"},
+        "stringData": {"accesskey": own_s3.access_key, "secretkey": own_s3.secret_key}})
+    service = sandbox.cluster.host_service("s3", ns, int(own_s3.endpoint.rsplit(":", 1)[1]))
+    sandbox.cleanup.append(service.stop)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", own_s3.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", own_s3.secret_key)
+    bucket = own_s3.create_bucket("faults")
+    root = s3.join(bucket, "ctr-runs")
+    seen: Dict[str, object] = {}
+    killer = threading.Thread(target=_restart_at_first_object, daemon=True,
+                              args=(own_s3, f"faults/ctr-runs/{job}/output/checkpoints", 2.0, seen))
+    killer.start()
+    lines: List[str] = []
+    try:
+        with GangSampler(job) as sampler:
+            result = run_training_step(planted["prep"], str(tmp_path / "model"), _params(
+                sandbox, None, job, epochs=3, artifact_store="s3", s3_endpoint=service.url,
+                s3_step_endpoint=own_s3.endpoint, s3_secret="store-creds", s3_root=root),
+                log=lines.append)
+    finally:
+        seen["stop"] = True
+        killer.join(120)
+        service.stop()
+    log = "\n".join(lines)
+    retries = [line for line in lines if "store: " in line and "; retry " in line]
+    print(f"\nstore restart: unreachable {seen.get('unreachable_s', 0):.1f}s with "
+          f"{seen.get('written_at_kill')} checkpoint objects written; {len(retries)} retries in the "
+          f"streamed pod logs; attempts {result.attempts}")
+    assert seen.get("written_at_kill"), "the store was never restarted during a checkpoint"
+    assert job_phase(sandbox.api(), ns, job) == "Completed", log
+    assert result.attempts == 1, log
+    assert (tmp_path / "model" / "model_meta.json").is_file()
+    auc = _evaluate_auc(tmp_path / "model", planted["prep"], tmp_path / "eval")
+    print(f"store restart: test AUC {auc:.4f}, oracle {planted['oracle_auc']:.4f}")
+    assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
+    store = s3.Store(s3.StoreConfig(endpoint=own_s3.endpoint, access_key=own_s3.access_key,
+                                    secret_key=own_s3.secret_key))
+    assert [n for n, is_dir in store.list(root, recursive=True) if not is_dir] == []   # run deleted
+    wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
