@@ -794,6 +794,21 @@ def _full_elsewhere(exc: OSError, output_dir: str) -> str:
             f"more room")
 
 
+def _enter_scratch(spec: RoleSpec) -> Optional[str]:
+    """With data or outputs in the store, a scratch directory of the role's own as its working
+    directory (returned, for removal): the relative paths Paddle passes between roles then land on
+    each role's own disk (see ctr_model.workspace). ``None`` with a shared volume."""
+    if not (s3.is_uri(spec.output_dir) or s3.is_uri(spec.data_dir)):
+        return None
+    import tempfile
+
+    base = os.environ.get(ENV_SCRATCH_DIR) or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f"{spec.job_id}-{spec.name}-", dir=base)
+    os.chdir(scratch)
+    return scratch
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     setup_logging()
     supervised = supervise_if_pid1("ctr_model.train", sys.argv[1:] if argv is None else argv)
@@ -816,15 +831,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_BAD_INPUT
     scratch = None
     try:
-        if s3.is_uri(spec.output_dir) or s3.is_uri(spec.data_dir):
-            # own scratch as the working directory: the relative paths Paddle passes between roles
-            # then land on each role's own disk (see ctr_model.workspace)
-            import tempfile
-
-            base = os.environ.get(ENV_SCRATCH_DIR) or tempfile.gettempdir()
-            os.makedirs(base, exist_ok=True)
-            scratch = tempfile.mkdtemp(prefix=f"{spec.job_id}-{spec.name}-", dir=base)
-            os.chdir(scratch)
+        scratch = _enter_scratch(spec)
         ws = wsp.open_workspace(spec.output_dir)
         if not s3.is_uri(spec.output_dir):
             _check_reachable(spec.output_dir)
