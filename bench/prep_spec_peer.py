@@ -174,8 +174,8 @@ def polars_spec_prep(spec: FeatureSpec, inputs: Sequence[str], out_dir: str, see
 
 
 def _sample(spec: FeatureSpec, split_dir: str, sample_mod: int):
-    """The split's rows whose XOR of the single-valued ids is 0 mod ``sample_mod``, sorted on the
-    label and the dense columns (the list columns cannot be sort keys)."""
+    """The split's rows whose XOR of the single-valued ids is 0 mod ``sample_mod``, sorted on every
+    column (a list column through a key of its values: pyarrow cannot sort on lists)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -194,8 +194,28 @@ def _sample(spec: FeatureSpec, split_dir: str, sample_mod: int):
         parts.append(table)
     if not parts:
         return rows, None
-    keys = [spec.label] + [d.name for d in spec.dense] + singles
-    return rows, pa.concat_tables(parts).sort_by([(n, "ascending") for n in keys])
+    table = pa.concat_tables(parts)
+    lists = [c.name for c in spec.categorical if c.multivalued]
+    for name in lists:   # a sort key for each list: rows equal on every other column do occur
+        table = table.append_column(f"_key_{name}", pa.array(_list_key(table.column(name))))
+    keys = [spec.label] + [d.name for d in spec.dense] + singles + [f"_key_{n}" for n in lists]
+    return rows, table.sort_by([(n, "ascending") for n in keys]).drop_columns([f"_key_{n}" for n in lists])
+
+
+def _list_key(column: Any) -> np.ndarray:
+    """A uint64 per row of a ``list<int64>`` column that differs between different lists (almost
+    surely): each id times an odd multiplier of its position, summed with wrap-around."""
+    import pyarrow.compute as pc
+
+    column = column.combine_chunks()
+    values = pc.list_flatten(column).to_numpy().astype(np.uint64)
+    parents = pc.list_parent_indices(column).to_numpy()
+    offsets = column.offsets.to_numpy()
+    position = np.arange(values.size) - offsets[parents]
+    weights = (position.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
+    key = np.zeros(len(column), dtype=np.uint64)
+    np.add.at(key, parents, values * weights)
+    return key
 
 
 def _plain(arrow_type: Any) -> str:
