@@ -52,7 +52,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ctr_model.features import DENSE_COLUMNS, LABEL, NUM_SPARSE, RAW_COLUMNS, SPARSE_COLUMNS, arrow_schema, column_salt
 
-__all__ = ["polars_prep", "duckdb_prep", "compare_outputs", "split_files", "SPLITS", "main"]
+__all__ = ["polars_prep", "duckdb_prep", "compare_outputs", "sampled", "split_files", "SPLITS", "main"]
 
 SPLITS = ("train", "test")
 
@@ -229,10 +229,23 @@ def duckdb_prep(inputs: Sequence[str], out_dir: str, hash_buckets: int, seed: in
 # agreement
 
 
+def sampled(table: Any, id_columns: Sequence[str], sample_mod: int) -> Any:
+    """The rows of ``table`` whose XOR of the integer ``id_columns`` is 0 mod ``sample_mod`` (a power
+    of two; 1 or no columns: every row). A function of the values, so a peer that hashes
+    differently samples other rows."""
+    import pyarrow.compute as pc
+
+    if sample_mod <= 1 or not id_columns:
+        return table
+    key = table.column(id_columns[0])
+    for name in id_columns[1:]:
+        key = pc.bit_wise_xor(key, table.column(name))
+    return table.filter(pc.equal(pc.bit_wise_and(key, sample_mod - 1), 0))
+
+
 def _sample(split_dir: str, sample_mod: int):
     """The split's rows whose XOR of the 26 ids is 0 mod ``sample_mod``, sorted on all columns."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     parts, rows = [], 0
@@ -240,13 +253,7 @@ def _sample(split_dir: str, sample_mod: int):
         pf = pq.ParquetFile(path)
         for batch in pf.iter_batches(batch_size=1 << 16, columns=list(RAW_COLUMNS)):
             rows += batch.num_rows
-            table = pa.Table.from_batches([batch])
-            if sample_mod > 1:
-                key = table.column(SPARSE_COLUMNS[0])
-                for c in SPARSE_COLUMNS[1:]:
-                    key = pc.bit_wise_xor(key, table.column(c))
-                table = table.filter(pc.equal(pc.bit_wise_and(key, sample_mod - 1), 0))
-            parts.append(table)
+            parts.append(sampled(pa.Table.from_batches([batch]), SPARSE_COLUMNS, sample_mod))
     if not parts:
         return rows, None
     table = pa.concat_tables(parts)

@@ -27,7 +27,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from prep_peers import SPLITS, _fresh_dirs, _split_offset, split_files  # a sibling: bench/ is on sys.path
+from prep_peers import SPLITS, _fresh_dirs, _split_offset, sampled, split_files  # a sibling: bench/ is on sys.path
 
 from ctr_model.feature_spec import CategoricalFeature, FeatureSpec
 from ctr_model.features import column_salt_int
@@ -177,7 +177,6 @@ def _sample(spec: FeatureSpec, split_dir: str, sample_mod: int):
     """The split's rows whose XOR of the single-valued ids is 0 mod ``sample_mod``, sorted on every
     column (a list column through a key of its values: pyarrow cannot sort on lists)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     singles = [c.name for c in spec.categorical if not c.multivalued]
@@ -186,12 +185,7 @@ def _sample(spec: FeatureSpec, split_dir: str, sample_mod: int):
     for path in split_files(split_dir):
         table = pq.read_table(path, columns=names)
         rows += table.num_rows
-        if sample_mod > 1 and singles:
-            key = table.column(singles[0])
-            for name in singles[1:]:
-                key = pc.bit_wise_xor(key, table.column(name))
-            table = table.filter(pc.equal(pc.bit_wise_and(key, sample_mod - 1), 0))
-        parts.append(table)
+        parts.append(sampled(table, singles, sample_mod))
     if not parts:
         return rows, None
     table = pa.concat_tables(parts)
