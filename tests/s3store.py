@@ -54,6 +54,16 @@ def s3_server():
 
 
 @pytest.fixture
+def own_s3(s3_server):
+    """A weed of the test's own, to restart or stop (``s3_server`` makes sure the binary is built)."""
+    server = s3server.S3Server.start(Path(str(s3server.build_weed())))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def s3_bucket(s3_server) -> str:
     """A fresh, empty bucket for one test: ``s3://test-N-<time>``."""
     name = f"test-{next(_buckets)}-{int(time.time() * 1000) % 10**8}"

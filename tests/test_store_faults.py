@@ -18,19 +18,7 @@ from typing import Dict, List
 
 import pytest
 
-from tests.s3store import s3server
-
 KIB = 1024
-
-
-@pytest.fixture
-def own_s3(s3_server):
-    """A weed of this test's own (``s3_server`` only makes sure the binary is built)."""
-    server = s3server.S3Server.start(Path(str(s3server.build_weed())))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _store(server, monkeypatch):

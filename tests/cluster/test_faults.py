@@ -76,20 +76,6 @@ def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_
 
 
 
-@pytest.fixture
-def own_s3(s3_server):
-    """A weed of this test's own, to restart (``s3_server`` only makes sure the binary is built)."""
-    from pathlib import Path
-
-    from tests.s3store import s3server
-
-    server = s3server.S3Server.start(Path(str(s3server.build_weed())))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _restart_at_first_object(server, prefix: str, down_s: float, seen: Dict[str, object]) -> None:
     """Restart ``server`` as soon as an object under ``prefix`` exists (run in a thread)."""
     import time
