@@ -59,7 +59,8 @@ _TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "co
               "network connection", "failed to connect", "broken pipe", "empty reply",
               "http status 500", "http status 502", "http status 503", "http status 504",
               "internalerror", "serviceunavailable", "slowdown", "service unavailable",
-              "unexpected eof", "recv failure", "send failure", "network_connection")
+              "unexpected eof", "recv failure", "send failure", "network_connection",
+              "failed to flush response stream")   # a GET cut off while SeaweedFS came back up
 
 
 class StoreError(ValueError):

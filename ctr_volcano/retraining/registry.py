@@ -87,12 +87,19 @@ class ModelRegistry:
         return f"{self._scheme}{path}" if self._scheme else path
 
     def _read_json(self, path: str) -> Optional[dict]:
+        """The JSON document at ``path`` (``None`` if there is none), read whole and retried like
+        every store call (a store just restarted can cut a read off)."""
         import pyarrow.fs as pafs
 
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with self.fs.open_input_stream(path) as fh:
-            return json.loads(fh.read().decode("utf-8"))
+        from ctr_model.store import retrying
+
+        def read() -> Optional[dict]:
+            if self.fs.get_file_info(path).type != pafs.FileType.File:
+                return None
+            with self.fs.open_input_stream(path) as fh:
+                return json.loads(fh.read().decode("utf-8"))
+
+        return read() if self.local else retrying(f"read {path}", read)
 
     def get(self, version: str) -> Optional[ModelVersion]:
         """A complete version, or ``None``."""
