@@ -14,8 +14,16 @@ import pytest
 
 from tests.cluster.helpers import get_job, job_phase, wait_for
 from tests.cluster.test_process_nodes import GangSampler, _claim, _evaluate_auc, _params
+from tests.gang_helpers import parent_pid
 
 pytestmark = pytest.mark.cluster
+
+
+def _roles(sampler: GangSampler) -> List[int]:
+    """The four roles' own processes: not the helper children a role starts and ends as it goes (a
+    fresh-clone run counted one, which had exited by the time the gang was checked again)."""
+    live = sampler.live()
+    return sorted(pid for pid in live if parent_pid(pid) not in live)
 
 
 def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_path, planted):
@@ -42,12 +50,12 @@ def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_
     with GangSampler(job) as sampler:
         thread = threading.Thread(target=step, daemon=True)
         thread.start()
-        wait_for("the four gang processes", lambda: len(sampler.live()) == 4, timeout=300,
+        wait_for("the four gang processes", lambda: len(_roles(sampler)) == 4, timeout=300,
                  cluster=sandbox.cluster)
         wait_for("training under way", lambda: any("[trainer-0]" in line and "epoch" in line
                                                    for line in list(lines)), timeout=300)
         uid = get_job(sandbox.api(), sandbox.namespace, job)["metadata"]["uid"]
-        gang = sorted(sampler.live())
+        gang = _roles(sampler)
         unreachable_s = sandbox.cluster.restart_apiserver(down_s=3.0)
         still = sorted(pid for pid in gang if pid in sampler.live())
         thread.join(600)

@@ -186,6 +186,13 @@ class Agent:
         from kubernetes import client, config
 
         self.api = config.new_client_from_config(config_file=kubeconfig)
+        # Every call bounded: with none, a request caught by a kube-apiserver restart can wait on
+        # its connection forever, and the agent, which polls from one thread, stops reporting pods
+        # (seen once in the apiserver-restart scenario: no sync after the outage, the Job never
+        # completed). The agent only polls; 30 s is far above any answer here.
+        import urllib3
+
+        self.api.rest_client.pool_manager.connection_pool_kw["timeout"] = urllib3.Timeout(connect=5.0, read=30.0)
         self.core = client.CoreV1Api(self.api)
         self.co = client.CustomObjectsApi(self.api)
         self.disc = client.DiscoveryV1Api(self.api)
@@ -515,8 +522,6 @@ class Agent:
 
     def _report(self, run: PodRun, message: str = "") -> None:
         """Write the pod's status (what a kubelet reports), unless it is being deleted."""
-        from kubernetes import client
-
         if run.terminating:
             return
         now = _k8s_time()
@@ -543,12 +548,35 @@ class Agent:
             status["initContainerStatuses"] = [c.status() for c in run.init]
         if message:
             status["message"] = message
-        try:
-            self.core.patch_namespaced_pod_status(run.name, run.namespace, {"status": status})
-        except client.ApiException as exc:
-            if exc.status not in (404, 409, 422):
-                raise
-            LOG.info("pod %s/%s: status not written (%s)", run.namespace, run.name, exc.status)
+        self._patch_status(run, status)
+
+    def _patch_status(self, run: PodRun, status: Dict[str, Any], patience_s: float = 300.0) -> None:
+        """Write a pod's status, retried while the API server is unreachable or failing (a kubelet
+        keeps syncing too): a pod that finished during a kube-apiserver restart was never reported
+        finished, so its Job never completed (the apiserver-restart scenario, twice)."""
+        import urllib3
+        from kubernetes import client
+
+        deadline, delay = time.monotonic() + patience_s, 0.5
+        while True:
+            try:
+                self.core.patch_namespaced_pod_status(run.name, run.namespace, {"status": status})
+                return
+            except client.ApiException as exc:
+                if exc.status in (404, 409, 422):
+                    LOG.info("pod %s/%s: status not written (%s)", run.namespace, run.name, exc.status)
+                    return
+                if exc.status < 500 or time.monotonic() + delay > deadline:
+                    raise
+            except (urllib3.exceptions.HTTPError, OSError):   # the server is down or restarting
+                if time.monotonic() + delay > deadline:
+                    raise
+            if run.terminating or self.stop_event.is_set():
+                return
+            LOG.info("pod %s/%s: status not written yet (API server unreachable); retry in %.1fs",
+                     run.namespace, run.name, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
 
     def _argo_kill_commands(self, pod: Dict[str, Any], run: PodRun) -> Dict[str, str]:
         """For an Argo pod: Argo's per-container kill command (``podsignal.py``, run by kwok's exec on
