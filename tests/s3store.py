@@ -63,6 +63,28 @@ def own_s3(s3_server):
         server.stop()
 
 
+def restart_when_written(server, prefix: str, down_s: float, seen: dict, timeout_s: float = 60.0,
+                         poll_s: float = 0.01) -> None:
+    """Restart ``server`` (down ``down_s``) as soon as a first object under ``prefix`` exists, for
+    a thread of a store-fault test; records ``written_at_kill`` and ``unreachable_s`` in ``seen``
+    and gives up after ``timeout_s`` or once ``seen["stop"]`` is set."""
+    import pyarrow.fs as pafs
+
+    fs = server.filesystem()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not seen.get("stop"):
+        try:
+            found = [i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+                     if i.type == pafs.FileType.File]
+        except OSError:
+            found = []
+        if found:
+            seen["written_at_kill"] = len(found)
+            seen["unreachable_s"] = server.restart(down_s=down_s)
+            return
+        time.sleep(poll_s)
+
+
 @pytest.fixture
 def s3_bucket(s3_server) -> str:
     """A fresh, empty bucket for one test: ``s3://test-N-<time>``."""

@@ -18,6 +18,8 @@ from typing import Dict, List
 
 import pytest
 
+from tests.s3store import restart_when_written
+
 KIB = 1024
 
 
@@ -54,32 +56,14 @@ def _sums(fs, prefix: str) -> Dict[str, str]:
     return out
 
 
-def _restart_once_written(server, fs, prefix: str, total: int, down_s: float, seen: dict) -> None:
-    """Restart ``server`` as soon as the first object under ``prefix`` exists (a thread)."""
-    import pyarrow.fs as pafs
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            found = [i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
-                     if i.type == pafs.FileType.File]
-        except OSError:
-            found = []
-        if found:
-            seen["written_at_kill"] = len(found)
-            seen["unreachable_s"] = server.restart(down_s=down_s)
-            return
-        time.sleep(0.01)
-
-
 def test_an_upload_survives_the_store_restarting_mid_way(own_s3, monkeypatch, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="ctr_model.store")
     store = _store(own_s3, monkeypatch)
     bucket = own_s3.create_bucket("faults")
     sums = _tree(tmp_path / "ckpt", files=120, size=256 * KIB)
     seen: dict = {}
-    killer = threading.Thread(target=_restart_once_written, daemon=True,
-                              args=(own_s3, own_s3.filesystem(), "faults/ckpt", 120, 2.0, seen))
+    killer = threading.Thread(target=restart_when_written, daemon=True,
+                              args=(own_s3, "faults/ckpt", 2.0, seen))
     killer.start()
     started = time.monotonic()
     store.upload(str(tmp_path / "ckpt"), f"{bucket}/ckpt")
@@ -109,9 +93,8 @@ def test_the_champion_stays_until_the_new_model_is_complete_across_a_restart(own
     reg.promote("run-1")
     v2 = _model(tmp_path / "v2", 60, 256 * KIB)
     seen: dict = {}
-    killer = threading.Thread(target=_restart_once_written, daemon=True,
-                              args=(own_s3, own_s3.filesystem(), "reg/registry/ctr/versions/run-2", 61,
-                                    2.0, seen))
+    killer = threading.Thread(target=restart_when_written, daemon=True,
+                              args=(own_s3, "reg/registry/ctr/versions/run-2", 2.0, seen))
     killer.start()
     box: dict = {}
     worker = threading.Thread(target=lambda: box.update(v=reg.register(str(v2), "run-2", metrics={})),
@@ -153,9 +136,8 @@ def test_a_store_down_past_the_retry_budget_registers_nothing(own_s3, monkeypatc
     reg.promote("run-1")
     monkeypatch.setenv("CTR_S3_RETRY_S", "2")
     seen: dict = {}
-    killer = threading.Thread(target=_restart_once_written, daemon=True,
-                              args=(own_s3, own_s3.filesystem(), "reg/registry/ctr/versions/run-2", 61,
-                                    8.0, seen))
+    killer = threading.Thread(target=restart_when_written, daemon=True,
+                              args=(own_s3, "reg/registry/ctr/versions/run-2", 8.0, seen))
     killer.start()
     started = time.monotonic()
     with pytest.raises(OSError):

@@ -15,6 +15,7 @@ import pytest
 from tests.cluster.helpers import get_job, job_phase, wait_for
 from tests.cluster.test_process_nodes import GangSampler, _claim, _evaluate_auc, _params
 from tests.gang_helpers import parent_pid
+from tests.s3store import restart_when_written
 
 pytestmark = pytest.mark.cluster
 
@@ -84,27 +85,6 @@ def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_
 
 
 
-def _restart_at_first_object(server, prefix: str, down_s: float, seen: Dict[str, object]) -> None:
-    """Restart ``server`` as soon as an object under ``prefix`` exists (run in a thread)."""
-    import time
-
-    import pyarrow.fs as pafs
-
-    fs = server.filesystem()
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not seen.get("stop"):
-        try:
-            found = [i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
-                     if i.type == pafs.FileType.File]
-        except OSError:
-            found = []
-        if found:
-            seen["written_at_kill"] = len(found)
-            seen["unreachable_s"] = server.restart(down_s=down_s)
-            return
-        time.sleep(0.05)
-
-
 def test_the_store_restarted_during_a_checkpoint_upload_costs_retries_not_the_run(
         sandbox, tmp_path, planted, own_s3, monkeypatch):
     """SeaweedFS is killed and started again as the gang's first checkpoint lands in it (the
@@ -127,8 +107,8 @@ def test_the_store_restarted_during_a_checkpoint_upload_costs_retries_not_the_ru
     bucket = own_s3.create_bucket("faults")
     root = s3.join(bucket, "ctr-runs")
     seen: Dict[str, object] = {}
-    killer = threading.Thread(target=_restart_at_first_object, daemon=True,
-                              args=(own_s3, f"faults/ctr-runs/{job}/output/checkpoints", 2.0, seen))
+    killer = threading.Thread(target=restart_when_written, daemon=True,
+                              args=(own_s3, f"faults/ctr-runs/{job}/output/checkpoints", 2.0, seen, 600.0, 0.05))
     killer.start()
     lines: List[str] = []
     try:
