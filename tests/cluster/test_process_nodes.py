@@ -187,6 +187,35 @@ def test_deleting_a_pod_kills_its_process_tree(sandbox):
     assert 2.5 <= took < 15, f"deletion took {took:.1f}s with a 3s grace period and SIGTERM ignored"
 
 
+def test_a_late_write_for_a_deleted_pod_misses_its_namesake(sandbox):
+    """A Job's restart recreates its pods under the same names while the old pods' supervisors may
+    still be writing: their writes must miss the new pod. (Once, an old trainer's exit-code
+    annotation landed on its successor, which the agent then never started: the restarted gang
+    waited Pending until its schedule timeout.)"""
+    from kubernetes import client
+    from nodeagent import ANN_EXIT_CODE, patch_pod
+
+    core = client.CoreV1Api(sandbox.api())
+    ns = sandbox.namespace
+    body = _pod(sandbox, "namesake", "pass")
+    body["spec"]["schedulerName"] = "no-such-scheduler"   # stays unbound: no node is involved
+    old = core.create_namespaced_pod(ns, body).metadata.uid
+    core.delete_namespaced_pod("namesake", ns, grace_period_seconds=0)
+    wait_for("the first pod gone", lambda: not [p for p in core.list_namespaced_pod(ns).items
+                                               if p.metadata.uid == old], timeout=30)
+    new = core.create_namespaced_pod(ns, body).metadata.uid
+
+    assert not patch_pod(core, ns, "namesake", old, {"metadata": {"annotations": {ANN_EXIT_CODE: "137"}}})
+    assert not patch_pod(core, ns, "namesake", old, {"status": {"phase": "Failed"}}, status=True)
+    pod = core.read_namespaced_pod("namesake", ns)
+    assert pod.metadata.uid == new
+    assert ANN_EXIT_CODE not in (pod.metadata.annotations or {}), "the old pod's annotation landed"
+    assert pod.status.phase == "Pending", "the old pod's status landed"
+
+    assert patch_pod(core, ns, "namesake", new, {"metadata": {"annotations": {ANN_EXIT_CODE: "0"}}})
+    assert core.read_namespaced_pod("namesake", ns).metadata.annotations[ANN_EXIT_CODE] == "0"
+
+
 # ------------------------------------------------------------------------------- training gangs
 class GangSampler:
     """Samples the process table for the gang's processes (``CTR_JOB_ID=<job>``) and keeps the

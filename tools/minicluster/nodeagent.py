@@ -56,7 +56,7 @@ import image_env  # noqa: E402
 import podspec  # noqa: E402
 
 __all__ = ["ANN_POD_IP", "ANN_EXIT_CODE", "ANN_MESSAGE", "ANN_NETNS", "ANN_PID", "PROCESS_NODE_LABEL",
-           "Agent", "netns_pids", "main"]
+           "Agent", "netns_pids", "patch_pod", "main"]
 
 LOG = logging.getLogger("nodeagent")
 ANN_POD_IP = "minicluster.process/pod-ip"
@@ -82,6 +82,28 @@ def netns_pids(name: str) -> List[int]:
     """PIDs of every process in network namespace ``name`` (``ip netns pids``)."""
     proc = _ip("netns", "pids", name, check=False)
     return [int(p) for p in proc.stdout.split()] if proc.returncode == 0 else []
+
+
+def patch_pod(core, namespace: str, name: str, uid: str, body: Dict[str, Any], status: bool = False) -> bool:
+    """Patch one pod (its ``status`` subresource if ``status``) only if it is still the pod ``uid``;
+    False when that pod is gone. A Job's restart recreates its pods under the same names, so a write
+    by name alone from the old pod's supervisor lands on its successor: an exit-code annotation
+    there made the agent take the new pod for one that had already run, and never start it (a
+    restarted gang then waited Pending until its schedule timeout). The uid in the patch is the
+    precondition a kubelet uses for the same reason (409 Conflict when it does not match)."""
+    from kubernetes import client
+
+    meta = dict(body.get("metadata") or {}, uid=uid)
+    patch = dict(body, metadata=meta)
+    call = core.patch_namespaced_pod_status if status else core.patch_namespaced_pod
+    try:
+        call(name, namespace, patch)
+        return True
+    except client.ApiException as exc:
+        if exc.status not in (404, 409):
+            raise
+        LOG.info("pod %s/%s (uid %s): not written, the pod is gone (%s)", namespace, name, uid, exc.status)
+        return False
 
 
 def _cri_stamp() -> str:
@@ -345,14 +367,7 @@ class Agent:
 
     # ----------------------------------------------------------------- pod lifecycle
     def _annotate(self, run: PodRun, annotations: Dict[str, str]) -> None:
-        from kubernetes import client
-
-        try:
-            self.core.patch_namespaced_pod(run.name, run.namespace,
-                                           {"metadata": {"annotations": annotations}})
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+        patch_pod(self.core, run.namespace, run.name, run.uid, {"metadata": {"annotations": annotations}})
 
     def _pump(self, c: ContainerRun, stream, tag: str) -> None:
         for raw in iter(stream.readline, b""):
@@ -560,10 +575,10 @@ class Agent:
         deadline, delay = time.monotonic() + patience_s, 0.5
         while True:
             try:
-                self.core.patch_namespaced_pod_status(run.name, run.namespace, {"status": status})
+                patch_pod(self.core, run.namespace, run.name, run.uid, {"status": status}, status=True)
                 return
             except client.ApiException as exc:
-                if exc.status in (404, 409, 422):
+                if exc.status == 422:
                     LOG.info("pod %s/%s: status not written (%s)", run.namespace, run.name, exc.status)
                     return
                 if exc.status < 500 or time.monotonic() + delay > deadline:
@@ -634,8 +649,6 @@ class Agent:
                 time.sleep(0.1)
 
     def _fail_unstartable(self, pod: Dict[str, Any], message: str) -> None:
-        from kubernetes import client
-
         meta, spec = pod["metadata"], pod.get("spec") or {}
         LOG.error("pod %s/%s cannot run: %s", meta["namespace"], meta["name"], message)
         now = _k8s_time()
@@ -648,13 +661,9 @@ class Agent:
 
         status = {"phase": "Failed", "message": message[:1000], "reason": "StartError",
                   "containerStatuses": [failed(c) for c in spec.get("containers") or []]}
-        try:
-            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
-            self.core.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {"annotations": {
+        if patch_pod(self.core, meta["namespace"], meta["name"], meta["uid"], {"status": status}, status=True):
+            patch_pod(self.core, meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": {
                 ANN_EXIT_CODE: "128", ANN_MESSAGE: message[:1000]}}})
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
 
     def _terminate(self, run: PodRun, grace_s: float) -> None:
         try:
