@@ -248,6 +248,7 @@ class GangMonitor:
         self.api, self.namespace, self.jobs, self.gang = api, namespace, list(jobs), gang
         self.interval = interval
         self.samples: List[Dict[str, int]] = []
+        self.times: List[float] = []      # time.monotonic() of each sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gang-monitor", daemon=True)
 
@@ -261,6 +262,7 @@ class GangMonitor:
                         and p.status.phase not in ("Succeeded", "Failed")):
                     counts[job] += 1
             self.samples.append(counts)
+            self.times.append(time.monotonic())
             self._stop.wait(self.interval)
 
     def start(self) -> "GangMonitor":

@@ -8,12 +8,13 @@ the model's AUC.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Dict, List
 
 import pytest
 
 from tests.cluster.helpers import get_job, job_phase, wait_for
-from tests.cluster.test_process_nodes import GangSampler, _claim, _evaluate_auc, _params
+from tests.cluster.test_process_nodes import GangSampler, _alive, _claim, _evaluate_auc, _params
 from tests.gang_helpers import parent_pid
 from tests.s3store import restart_when_written
 
@@ -84,7 +85,6 @@ def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_
     wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
 
 
-
 def test_the_store_restarted_during_a_checkpoint_upload_costs_retries_not_the_run(
         sandbox, tmp_path, planted, own_s3, monkeypatch):
     """SeaweedFS is killed and started again as the gang's first checkpoint lands in it (the
@@ -136,4 +136,82 @@ def test_the_store_restarted_during_a_checkpoint_upload_costs_retries_not_the_ru
     store = s3.Store(s3.StoreConfig(endpoint=own_s3.endpoint, access_key=own_s3.access_key,
                                     secret_key=own_s3.secret_key))
     assert [n for n, is_dir in store.list(root, recursive=True) if not is_dir] == []   # run deleted
+    wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
+
+
+def test_a_lost_node_restarts_the_gang_on_the_others_from_its_checkpoint(sandbox, tmp_path, planted):
+    """A process node is lost mid-training (after the first checkpoint): its pods' processes die
+    with it, the node goes NotReady and is removed, and the pod garbage collector deletes its pods.
+    Volcano restarts the gang (same Job) on the nodes left, it resumes from the checkpoint on the
+    claim, the step succeeds and the model scores near the oracle."""
+    from kubernetes import client
+
+    from ctr_model import checkpoint as ckpt
+    from ctr_volcano.training.step import run_training_step
+    from nodeagent import ANN_NETNS, netns_pids
+
+    sandbox.add_process_nodes(3)
+    claim = _claim(sandbox, tmp_path)
+    job = "ctr-node"
+    output = claim / "ctr-runs" / job / "output"
+    core = client.CoreV1Api(sandbox.api())
+    lines: List[str] = []
+    box: Dict[str, object] = {}
+
+    def step() -> None:
+        try:
+            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"), _params(
+                sandbox, claim, job, epochs=3, config={"checkpoint_secs": 0}), log=lines.append)
+        except BaseException as exc:
+            box["error"] = exc
+
+    def gang_pods():
+        return [p for p in core.list_namespaced_pod(sandbox.namespace).items
+                if (p.metadata.labels or {}).get("volcano.sh/job-name") == job]
+
+    with GangSampler(job) as sampler:
+        thread = threading.Thread(target=step, daemon=True)
+        thread.start()
+        wait_for("the first checkpoint on the claim",
+                 lambda: output.is_dir() and ckpt.latest_complete(str(output)) is not None,
+                 timeout=300, interval=0.3, cluster=sandbox.cluster)
+        uid = get_job(sandbox.api(), sandbox.namespace, job)["metadata"]["uid"]
+        first = {p.metadata.name: p for p in gang_pods()}
+        node = first[f"{job}-trainer-1"].spec.node_name
+        on_node = sorted(n for n, p in first.items() if p.spec.node_name == node)
+        victims = [pid for p in first.values() if p.spec.node_name == node
+                   for pid in netns_pids(p.metadata.annotations[ANN_NETNS])]
+        assert victims, f"no process of the gang found on {node}"
+        t_lost = time.monotonic()
+        sandbox.cluster.lose_node(node)
+        wait_for(f"the processes on {node} dead", lambda: not [p for p in victims if _alive(p)], timeout=30)
+        old_uids = {p.metadata.uid for p in first.values()}
+
+        def new_gang_running():
+            pods = gang_pods()
+            fresh = [p for p in pods if p.metadata.uid not in old_uids and p.status.phase == "Running"]
+            return fresh if len(fresh) == 4 else None
+
+        regang = wait_for("the gang running again on the other nodes", new_gang_running, timeout=400,
+                          interval=0.5, cluster=sandbox.cluster)
+        recovered_s = time.monotonic() - t_lost
+        thread.join(600)
+    assert not thread.is_alive(), "the step did not finish"
+    log = "\n".join(lines)
+    assert "error" not in box, f"{box.get('error')}\n{log}"
+    result = box["result"]
+    assert node not in {p.spec.node_name for p in regang}
+    assert result.attempts == 2, log
+    resumed = [line for line in log.splitlines() if "resumed from" in line]
+    assert resumed, log
+    assert get_job(sandbox.api(), sandbox.namespace, job)["metadata"]["uid"] == uid   # the same Job
+    assert job_phase(sandbox.api(), sandbox.namespace, job) == "Completed"
+    auc = _evaluate_auc(tmp_path / "model", planted["prep"], tmp_path / "eval")
+    causes = [line.strip() for line in lines if "attempt 1 restarted:" in line]
+    assert causes and "no failed or evicted pod" not in causes[0], log   # the restart is explained
+    print(f"\nnode lost: {node} with {', '.join(on_node)}; gang running again on the other nodes "
+          f"{recovered_s:.0f}s later; {resumed[0].strip()}; test AUC {auc:.4f}, oracle "
+          f"{planted['oracle_auc']:.4f}; {causes[0]}")
+    assert result.metrics.get("resumed_from_epoch", 0) >= 1
+    assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
     wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)

@@ -80,9 +80,10 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "vc-scheduler",
 #: namespaces and service accounts; for the process nodes the persistent-volume binder (claims on
 #: host-directory volumes), EndpointSlices (their hosts files) and the root-CA publisher (the
 #: kube-root-ca.crt ConfigMap every service-account volume projects); for native workloads
-#: ReplicaSets and batch Jobs.
+#: ReplicaSets and batch Jobs; the pod garbage collector (the pods left bound to a deleted node,
+#: :meth:`MiniCluster.lose_node`).
 DEFAULT_KCM_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "persistentvolume-binder",
-                           "endpointslice", "root-ca-cert-publisher", "replicaset", "job")
+                           "endpointslice", "root-ca-cert-publisher", "replicaset", "job", "podgc")
 #: Volcano's admission webhooks as its Helm chart enables them by default
 #: (installer/helm/chart/volcano/values.yaml ``custom.enabled_admissions``, v1.15.1), with the rules
 #: of its ``templates/webhooks.yaml``: path -> (configuration kind, webhook name, apiGroup, version,
@@ -858,6 +859,32 @@ class MiniCluster:
             raise ClusterError("this cluster was started without process_nodes=True")
         return self.add_nodes(count, shape, prefix=prefix, start=start, timeout=timeout,
                               node_type="process")
+
+    def lose_node(self, name: str, not_ready_s: float = 5.0) -> None:
+        """Lose a process node as a machine is lost.
+
+        Its kubelet goes (relabelled ``type=lost``: the process nodes' kwok stops keeping it Ready,
+        the node agent kills its pods' processes and writes nothing more for them). What the node
+        lifecycle controller then does is done here, as it would be done (this tier runs no node
+        heartbeats for it to watch): the Ready condition becomes Unknown and the node is tainted
+        unreachable, so nothing new is placed on it; ``not_ready_s`` later the Node is deleted, as a
+        cloud's node controller deletes a machine that is gone. kube-controller-manager's own pod
+        garbage collector then deletes the pods still bound to it (after its 40 s quarantine), which
+        is the event Volcano acts on (``PodEvicted``)."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        core.patch_node(name, {"metadata": {"labels": {"type": "lost"}}})
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        core.patch_node_status(name, {"status": {"conditions": [{
+            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.", "lastTransitionTime": now}]}})
+        core.patch_node(name, {"spec": {"taints": [
+            {"key": "node.kubernetes.io/unreachable", "effect": effect, "timeAdded": now}
+            for effect in ("NoSchedule", "NoExecute")]}})
+        _log(f"node {name} lost: NotReady (Unknown), tainted unreachable; deleted in {not_ready_s:.0f}s")
+        time.sleep(not_ready_s)
+        self.delete_nodes([name])
 
     def host_service(self, name: str, namespace: str, target_port: int,
                      port: Optional[int] = None) -> Any:

@@ -28,7 +28,8 @@ reach each other and the host services of ``hostservice.py``, nothing else), and
 ``/etc/netns/<ns>/hosts`` generated from the EndpointSlices of the pod's namespace (kept current
 while it runs). Deleting a pod sends SIGTERM to its containers' processes, SIGKILL to every process
 left in its network namespace after the grace period, then removes the namespace and force-deletes
-the pod, as a kubelet confirms a deletion.
+the pod, as a kubelet confirms a deletion. A node relabelled ``type=lost`` (``MiniCluster.lose_node``)
+is a machine gone: its pods' processes are killed at once and nothing more is written for them.
 
 Run by :class:`minicluster.MiniCluster`; ``SIGTERM`` stops every pod and removes every namespace.
 """
@@ -56,7 +57,7 @@ import image_env  # noqa: E402
 import podspec  # noqa: E402
 
 __all__ = ["ANN_POD_IP", "ANN_EXIT_CODE", "ANN_MESSAGE", "ANN_NETNS", "ANN_PID", "PROCESS_NODE_LABEL",
-           "Agent", "netns_pids", "patch_pod", "main"]
+           "NODE_TYPE", "PROCESS_NODE", "LOST_NODE", "Agent", "netns_pids", "patch_pod", "main"]
 
 LOG = logging.getLogger("nodeagent")
 ANN_POD_IP = "minicluster.process/pod-ip"
@@ -64,7 +65,11 @@ ANN_EXIT_CODE = "minicluster.process/exit-code"
 ANN_MESSAGE = "minicluster.process/message"
 ANN_NETNS = "minicluster.process/netns"
 ANN_PID = "minicluster.process/pid"
-PROCESS_NODE_LABEL = "type=process"
+#: The node label (``type``) of the process nodes, and its value on one that is lost
+#: (``MiniCluster.lose_node``): its kubelet is gone, so this agent stops being one for it: its pods'
+#: processes die at once, and nothing more is written for them.
+NODE_TYPE, PROCESS_NODE, LOST_NODE = "type", "process", "lost"
+PROCESS_NODE_LABEL = f"{NODE_TYPE}={PROCESS_NODE}"
 #: Argo's label on its workflow pods, and its per-container kill command annotation (prefix).
 ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 ARGO_KILL_CMD = "workflows.argoproj.io/kill-cmd-"
@@ -90,7 +95,8 @@ def patch_pod(core, namespace: str, name: str, uid: str, body: Dict[str, Any], s
     by name alone from the old pod's supervisor lands on its successor: an exit-code annotation
     there made the agent take the new pod for one that had already run, and never start it (a
     restarted gang then waited Pending until its schedule timeout). The uid in the patch is the
-    precondition a kubelet uses for the same reason (409 Conflict when it does not match)."""
+    precondition a kubelet uses for the same reason; another pod's uid is refused as a change of an
+    immutable field (422 on ``metadata.uid``) or as a conflict (409)."""
     from kubernetes import client
 
     meta = dict(body.get("metadata") or {}, uid=uid)
@@ -100,10 +106,19 @@ def patch_pod(core, namespace: str, name: str, uid: str, body: Dict[str, Any], s
         call(name, namespace, patch)
         return True
     except client.ApiException as exc:
-        if exc.status not in (404, 409):
+        if exc.status not in (404, 409) and not (exc.status == 422 and _uid_refused(exc)):
             raise
         LOG.info("pod %s/%s (uid %s): not written, the pod is gone (%s)", namespace, name, uid, exc.status)
         return False
+
+
+def _uid_refused(exc) -> bool:
+    """Whether a 422 names ``metadata.uid`` (the patch's uid is not the pod's)."""
+    try:
+        causes = (json.loads(exc.body or "{}").get("details") or {}).get("causes") or []
+    except ValueError:
+        return False
+    return any(c.get("field") == "metadata.uid" for c in causes)
 
 
 def _cri_stamp() -> str:
@@ -164,6 +179,7 @@ class PodRun:
     ip: str
     dir: Path
     node_ip: str = "127.0.0.1"
+    node: str = ""
     hostname: str = ""
     subdomain: str = ""
     containers: List[ContainerRun] = field(default_factory=list)
@@ -422,14 +438,14 @@ class Agent:
         path.chmod(0o600)
         return path
 
-    def _start(self, pod: Dict[str, Any], node_ip: str) -> None:
+    def _start(self, pod: Dict[str, Any], node: str, node_ip: str) -> None:
         meta, spec = pod["metadata"], pod["spec"]
         uid = meta["uid"]
         netns, veth, ip = self._allocate()
         plan = podspec.render_pod(pod, images=lambda ref: self._image(ref).defaults, lookups=self._lookups(),
                                   pod_ip=ip, node_ip=node_ip, service_env=self.service_env)
         run = PodRun(uid=uid, namespace=meta["namespace"], name=meta["name"], netns=netns, ip=ip,
-                     dir=self.workdir / "pods" / uid, node_ip=node_ip, hostname=podspec.pod_hostname(pod),
+                     dir=self.workdir / "pods" / uid, node_ip=node_ip, node=node, hostname=podspec.pod_hostname(pod),
                      subdomain=spec.get("subdomain") or "", start_time=_k8s_time(),
                      grace_s=int(spec.get("terminationGracePeriodSeconds", 30)))
         run.dir.mkdir(parents=True, exist_ok=True)
@@ -712,15 +728,35 @@ class Agent:
                     self._write_hosts(run, peers)
 
     # ----------------------------------------------------------------- main loop
-    def _nodes(self) -> Dict[str, str]:
-        nodes = {}
-        for n in self.core.list_node(label_selector=PROCESS_NODE_LABEL).items:
+    def _nodes(self) -> Tuple[Dict[str, str], List[str]]:
+        """The process nodes this agent serves (name -> InternalIP) and those that are lost."""
+        nodes, lost = {}, []
+        for n in self.core.list_node(label_selector=f"{NODE_TYPE} in ({PROCESS_NODE},{LOST_NODE})").items:
+            if n.metadata.labels.get(NODE_TYPE) == LOST_NODE:
+                lost.append(n.metadata.name)
+                continue
             ip = next((a.address for a in (n.status.addresses or []) if a.type == "InternalIP"), "127.0.0.1")
             nodes[n.metadata.name] = ip
-        return nodes
+        return nodes, lost
+
+    def _lose(self, run: PodRun) -> None:
+        """The pod's node is lost: its processes die as a machine's do (SIGKILL, no grace), and no
+        status, annotation or deletion is written for it: nobody is left to write one."""
+        try:
+            self._kill_netns(run.netns, mains=[c.proc for c in run.containers if c.proc is not None])
+            self._remove_netns(run.netns)
+            LOG.info("pod %s/%s: its node %s is lost; processes killed, nothing reported", run.namespace,
+                     run.name, run.node)
+        finally:
+            with self.lock:
+                self.pods.pop(run.uid, None)
 
     def _sync(self) -> None:
-        nodes = self._nodes()
+        nodes, lost = self._nodes()
+        for run in list(self.pods.values()):
+            if run.node in lost and not run.terminating:
+                run.terminating = True      # its supervisor stops and reports nothing
+                threading.Thread(target=self._lose, args=(run,), daemon=True).start()
         seen = set()
         for node, node_ip in nodes.items():
             pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
@@ -744,7 +780,7 @@ class Agent:
                             "phase") != "Pending":
                         continue   # ran under an earlier agent, or already finished
                     try:
-                        self._start(pod, node_ip)
+                        self._start(pod, node, node_ip)
                         self.waiting.pop(uid, None)
                     except podspec.NotReady as exc:
                         if self.waiting.get(uid) != str(exc):
