@@ -866,5 +866,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+def exit_with(code: int) -> None:
+    """Exit with ``code``; a failure exits once the log is flushed, skipping the interpreter's
+    teardown. A role that failed with Paddle's PS client still running crashed in that teardown
+    (SIGSEGV in the client's sparse-push thread: exit 139 instead of 2, seen when a checkpoint hit a
+    full claim on process nodes), and Volcano restarts on 139 the gang that exit 2 would have ended.
+    Success keeps the normal exit: the roles stopped Paddle's client cleanly by then."""
+    if code == 0:
+        sys.exit(0)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

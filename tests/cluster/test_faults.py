@@ -7,6 +7,8 @@ the model's AUC.
 """
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 from typing import Dict, List
@@ -215,3 +217,51 @@ def test_a_lost_node_restarts_the_gang_on_the_others_from_its_checkpoint(sandbox
     assert result.metrics.get("resumed_from_epoch", 0) >= 1
     assert abs(auc - planted["oracle_auc"]) <= 0.02, (auc, planted["oracle_auc"])
     wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a real full claim needs root (a tmpfs mounted as the claim)")
+def test_a_claim_that_fills_during_a_checkpoint_fails_the_step_in_one_line(sandbox, tmp_path, planted):
+    """The claim is a real tmpfs; once the gang's first checkpoint is complete it is filled to leave
+    half a checkpoint's room: the next checkpoint's writer exits 2 with one line naming the path,
+    the Job ends without a restart (a restarted gang would fill it again), no model is exported,
+    and the first checkpoint stays complete for a later run."""
+    from ctr_model import checkpoint as ckpt
+    from ctr_model.space import tree_bytes
+    from ctr_volcano.training.step import run_training_step
+
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path, tmpfs_size="512m")
+    job = "ctr-full"
+    output = claim / "ctr-runs" / job / "output"
+    lines: List[str] = []
+    box: Dict[str, object] = {}
+
+    def step() -> None:
+        try:
+            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"), _params(
+                sandbox, claim, job, epochs=3, config={"checkpoint_secs": 0}), log=lines.append)
+        except BaseException as exc:
+            box["error"] = exc
+
+    with GangSampler(job) as sampler:
+        thread = threading.Thread(target=step, daemon=True)
+        thread.start()
+        first = wait_for("the first checkpoint on the claim", lambda: output.is_dir() and ckpt.latest_complete(
+            str(output)), timeout=300, interval=0.2, cluster=sandbox.cluster)
+        size = tree_bytes(first.path, allocated=True)
+        st = os.statvfs(claim)
+        subprocess.run(["fallocate", "-l", str(st.f_bavail * st.f_frsize - size // 2), str(claim / "filler")],
+                       check=True)
+        thread.join(600)
+        wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
+    assert not thread.is_alive(), "the step did not finish"
+    log = "\n".join(lines)
+    err = box.get("error")
+    assert err is not None, f"the step succeeded on a full claim\n{log}"
+    head = str(err).splitlines()[0]
+    print(f"\nfull claim after a {size}-byte checkpoint: {type(err).__name__}: {head[:400]}")
+    assert "no space left on device writing" in str(err) and str(claim) in str(err), f"{err}\n{log}"
+    assert getattr(err, "exit_code", None) == 2, f"{err!r}\n{log}"
+    assert not [line for line in lines if "restarted:" in line], log          # no restart
+    assert ckpt.latest_complete(str(output)).path == first.path               # the first one kept
+    assert not (tmp_path / "model" / "model_meta.json").exists()

@@ -42,8 +42,9 @@ def _trainer_pin(package: str) -> str:
     return re.search(rf'"{re.escape(package)}==([^"]+)"', text).group(1)
 
 
-def _claim(sandbox, tmp_path: Path, name: str = "ctr-data") -> Path:
-    """The shipped RWX claim, bound by KCM's binder to a hostPath volume on ``tmp_path/claim``."""
+def _claim(sandbox, tmp_path: Path, name: str = "ctr-data", tmpfs_size: Optional[str] = None) -> Path:
+    """The shipped RWX claim, bound by KCM's binder to a hostPath volume on ``tmp_path/claim``;
+    with ``tmpfs_size`` that directory is a tmpfs of that size (a volume that can really fill)."""
     from kubernetes import client
 
     from ctr_volcano.training.volcano.handoff import build_pvc
@@ -51,6 +52,13 @@ def _claim(sandbox, tmp_path: Path, name: str = "ctr-data") -> Path:
     # Outside pytest's 0700 tmp dirs: the pods (UID 1000) reach the claim at the very same path.
     host_dir = Path(tempfile.mkdtemp(prefix=f"ctr-claim-{sandbox.namespace}-"))
     sandbox.cleanup.append(lambda: shutil.rmtree(host_dir, ignore_errors=True))
+    if tmpfs_size:
+        # mounted where the node agent runs (this process's mount namespace), so the pods'
+        # namespaces, made later, see it; unmounted before the directory is removed
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={tmpfs_size},mode=0777", "ctr-claim",
+                        str(host_dir)], check=True)
+        sandbox.cleanup.insert(len(sandbox.cleanup) - 1,   # before the rmtree above
+                               lambda: subprocess.run(["umount", "-l", str(host_dir)], check=False))
     pv_name = f"pv-{sandbox.namespace}-{name}"
     sandbox.cluster.create_host_volume(pv_name, host_dir, sandbox.namespace, name)
     core = client.CoreV1Api(sandbox.api())
