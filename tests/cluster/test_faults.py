@@ -11,6 +11,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Dict, List
 
 import pytest
@@ -265,3 +266,33 @@ def test_a_claim_that_fills_during_a_checkpoint_fails_the_step_in_one_line(sandb
     assert not [line for line in lines if "restarted:" in line], log          # no restart
     assert ckpt.latest_complete(str(output)).path == first.path               # the first one kept
     assert not (tmp_path / "model" / "model_meta.json").exists()
+
+
+def test_a_claim_the_pods_cannot_reach_fails_in_one_line_without_restarts(sandbox, tmp_path, planted):
+    """Item 3 as a user meets it: the claim's directory lies under one the pods' non-root user
+    cannot traverse (a ``mktemp -d``, mode 0700; not under /tmp, which each pod has of its own
+    here). Every role checks its output directory first and exits 2: the step fails with one line
+    naming the path, and the gang is never restarted."""
+    import shutil
+    import tempfile
+
+    from ctr_volcano.training.step import run_training_step
+
+    private = Path(tempfile.mkdtemp(prefix="ctr-private-", dir="/var/tmp"))
+    sandbox.cleanup.append(lambda: shutil.rmtree(private, ignore_errors=True))
+    assert os.stat(private).st_mode & 0o777 == 0o700
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path, under=private)
+    job = "ctr-noreach"
+    lines: List[str] = []
+    with pytest.raises(Exception) as info:
+        run_training_step(planted["prep"], str(tmp_path / "model"), _params(sandbox, claim, job, epochs=1),
+                          log=lines.append)
+    err, log = info.value, "\n".join(lines)
+    head = str(err).splitlines()[0]
+    print(f"\nunreachable claim: {type(err).__name__}: {head[:400]}")
+    assert getattr(err, "exit_code", None) == 2, f"{err!r}\n{log}"
+    assert str(private) in head, f"{err}\n{log}"
+    assert "Traceback" not in head
+    assert not [line for line in lines if "restarted:" in line], log
+    assert job_phase(sandbox.api(), sandbox.namespace, job) in ("Terminated", "Failed", None), log

@@ -42,15 +42,17 @@ def _trainer_pin(package: str) -> str:
     return re.search(rf'"{re.escape(package)}==([^"]+)"', text).group(1)
 
 
-def _claim(sandbox, tmp_path: Path, name: str = "ctr-data", tmpfs_size: Optional[str] = None) -> Path:
-    """The shipped RWX claim, bound by KCM's binder to a hostPath volume on ``tmp_path/claim``;
-    with ``tmpfs_size`` that directory is a tmpfs of that size (a volume that can really fill)."""
+def _claim(sandbox, tmp_path: Path, name: str = "ctr-data", tmpfs_size: Optional[str] = None,
+           under: Optional[Path] = None) -> Path:
+    """The shipped RWX claim, bound by KCM's binder to a hostPath volume on a new directory;
+    with ``tmpfs_size`` that directory is a tmpfs of that size (a volume that can really fill);
+    ``under`` puts it in that directory (pytest's 0700 ones: a claim the pods cannot reach)."""
     from kubernetes import client
 
     from ctr_volcano.training.volcano.handoff import build_pvc
 
     # Outside pytest's 0700 tmp dirs: the pods (UID 1000) reach the claim at the very same path.
-    host_dir = Path(tempfile.mkdtemp(prefix=f"ctr-claim-{sandbox.namespace}-"))
+    host_dir = Path(tempfile.mkdtemp(prefix=f"ctr-claim-{sandbox.namespace}-", dir=under))
     sandbox.cleanup.append(lambda: shutil.rmtree(host_dir, ignore_errors=True))
     if tmpfs_size:
         # mounted where the node agent runs (this process's mount namespace), so the pods'
