@@ -19,7 +19,7 @@ from ctr_model.models import FAMILIES, validate_model_config
 __all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
 
 OPTIMIZERS = ("adam",)
-READERS = ("inmemory", "queue")
+READERS = ("inmemory", "queue", "stream")
 
 
 class ConfigError(ValueError):
@@ -53,7 +53,9 @@ class TrainConfig:
         progress_secs: seconds between the trainer's examples/s progress lines.
         hash_buckets: id space of the categorical columns; must equal the prep output's.
         seed: seed of parameter initialisation and shuffling.
-        reader: ``inmemory`` (load the shard once, shuffle per epoch) or ``queue`` (stream files).
+        reader: ``inmemory`` (load the shard once, shuffle per epoch), ``queue`` (stream the converted
+            slot files) or ``stream`` (stream the Parquet shards through a pipe: no slot-text copy,
+            memory flat in rows; :mod:`ctr_model.slot_stream`).
         shuffle: shuffle the in-memory data before each epoch (``inmemory`` only).
         keep_checkpoints: how many epoch checkpoints to keep (the newest ones).
         checkpoint_secs: write a checkpoint after an epoch only when at least this many seconds have

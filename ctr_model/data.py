@@ -25,7 +25,8 @@ from ctr_model.features import (
 )
 
 __all__ = ["DataError", "SplitInfo", "split_dir_of", "resolve_split", "check_enough_shards", "assign_shards",
-           "parquet_to_slots", "spec_to_slots", "convert_shards", "trainable_features"]
+           "parquet_to_slots", "spec_to_slots", "slot_columns", "slot_tables", "write_slots", "convert_shards",
+           "trainable_features"]
 
 
 class DataError(ValueError):
@@ -136,57 +137,12 @@ def parquet_to_slots(src: str, dst: str, hash_buckets: int, chunk_rows: int = 26
         DataError: on missing columns, nulls, NaN, or ids outside ``[0, hash_buckets)``; a bad row
             is never dropped silently.
     """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(src)
-    names = set(pf.schema_arrow.names)
-    missing = [c for c in RAW_COLUMNS if c not in names]
-    if missing:
-        raise DataError(f"{src}: columns {missing[:5]} missing: re-run `ctr-volcano prep`")
-    out_names = []
-    for name in (LABEL,) + SPARSE_COLUMNS:
-        out_names += [f"n_{name}", name]
-    out_names += ["n_dense"] + list(DENSE_COLUMNS)
-    opts = pacsv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none")
-    rows = 0
-    tmp = dst + ".tmp"
-    with pa.OSFile(tmp, "wb") as sink:
-        writer = None
-        for batch in pf.iter_batches(batch_size=chunk_rows, columns=list(RAW_COLUMNS)):
-            n = batch.num_rows
-            one = pa.array(np.ones(n, dtype=np.int8))
-            arrays = []
-            for name in (LABEL,) + SPARSE_COLUMNS:
-                col = batch.column(name)
-                if col.null_count:
-                    raise DataError(f"{src}: column {name} has {col.null_count} nulls: prep must fill them")
-                lo, hi = pc.min_max(col).values()
-                if name == LABEL:
-                    if lo.as_py() < 0 or hi.as_py() > 1:
-                        raise DataError(f"{src}: label outside 0/1 ({lo}..{hi}): fix the input data")
-                elif lo.as_py() < 0 or hi.as_py() >= hash_buckets:
-                    raise DataError(f"{src}: {name} ids {lo}..{hi} outside [0, {hash_buckets}): "
-                                    f"hash_buckets of the config and of prep differ")
-                arrays += [one, col]
-            arrays.append(pa.array(np.full(n, NUM_DENSE, dtype=np.int8)))
-            for name in DENSE_COLUMNS:
-                col = batch.column(name)
-                if col.null_count or pc.any(pc.is_nan(col)).as_py():
-                    raise DataError(f"{src}: dense column {name} has nulls/NaN: prep must transform them")
-                arrays.append(col)
-            table = pa.Table.from_arrays(arrays, names=out_names)
-            if writer is None:
-                writer = pacsv.CSVWriter(sink, table.schema, write_options=opts)
-            writer.write_table(table)
-            rows += n
-        if writer is not None:
-            writer.close()
-    os.replace(tmp, dst)
-    return rows
+    columns = slot_columns(src, pf.schema_arrow.names, None)
+    return _write_slot_file(dst, slot_tables(pf.iter_batches(batch_size=chunk_rows, columns=columns),
+                                             src, hash_buckets, None))
 
 
 def spec_to_slots(src: str, dst: str, spec: FeatureSpec, hash_buckets: int,
@@ -198,44 +154,116 @@ def spec_to_slots(src: str, dst: str, spec: FeatureSpec, hash_buckets: int,
     Raises:
         DataError: on missing columns, nulls, or ids outside ``[0, hash_buckets)``.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(src)
-    missing = [c for c in spec.output_columns if c not in pf.schema_arrow.names]
+    columns = slot_columns(src, pf.schema_arrow.names, spec)
+    return _write_slot_file(dst, slot_tables(pf.iter_batches(batch_size=chunk_rows, columns=columns),
+                                             src, hash_buckets, spec))
+
+
+def slot_columns(where: str, names: Sequence[str], spec: Optional[FeatureSpec]) -> List[str]:
+    """The shard's columns the slots are made of; :class:`DataError` naming any that is missing."""
+    if spec is None or spec.is_criteo:
+        missing = [c for c in RAW_COLUMNS if c not in names]
+        if missing:
+            raise DataError(f"{where}: columns {missing[:5]} missing: re-run `ctr-volcano prep`")
+        return list(RAW_COLUMNS)
+    missing = [c for c in spec.output_columns if c not in names]
     if missing:
-        raise DataError(f"{src}: columns {missing[:5]} missing: re-run `ctr-volcano prep` with the spec")
-    opts = pacsv.WriteOptions(include_header=False, quoting_style="none")
-    rows, tmp = 0, dst + ".tmp"
+        raise DataError(f"{where}: columns {missing[:5]} missing: re-run `ctr-volcano prep` with the spec")
+    return list(spec.output_columns)
+
+
+def slot_tables(batches, where: str, hash_buckets: int, spec: Optional[FeatureSpec]):
+    """Arrow tables whose CSV lines (space-separated, no header) are the MultiSlot text of
+    ``batches``, checked as they go (:class:`DataError` names ``where``)."""
+    if spec is None or spec.is_criteo:
+        return (_criteo_slot_table(b, where, hash_buckets) for b in batches)
+    return (_spec_slot_table(b, where, hash_buckets, spec) for b in batches)
+
+
+def write_slots(sink, tables) -> int:
+    """Write :func:`slot_tables` to ``sink`` (a path or a writable binary file); returns the rows."""
+    import pyarrow.csv as pacsv
+
+    rows, writer = 0, None
+    for table in tables:
+        if writer is None:
+            # several columns are joined by spaces; one column holds whole lines (spaces inside)
+            opts = pacsv.WriteOptions(include_header=False, quoting_style="none",
+                                      delimiter=" " if table.num_columns > 1 else ",")
+            writer = pacsv.CSVWriter(sink, table.schema, write_options=opts)
+        writer.write_table(table)
+        rows += table.num_rows
+    if writer is not None:
+        writer.close()
+    return rows
+
+
+def _write_slot_file(dst: str, tables) -> int:
+    import pyarrow as pa
+
+    tmp = dst + ".tmp"
     with pa.OSFile(tmp, "wb") as sink:
-        writer = None
-        for batch in pf.iter_batches(batch_size=chunk_rows, columns=list(spec.output_columns)):
-            parts = [pa.array(["1"] * batch.num_rows), pc.cast(batch.column(spec.label), pa.string())]
-            for c in spec.categorical:
-                col = batch.column(c.name)
-                flat = col.values if c.multivalued else col
-                if col.null_count or (len(flat) and (pc.min(flat).as_py() < 0
-                                                     or pc.max(flat).as_py() >= hash_buckets)):
-                    raise DataError(f"{src}: {c.name} has nulls or ids outside [0, {hash_buckets}): "
-                                    f"re-run `ctr-volcano prep` with the spec")
-                if c.multivalued:
-                    parts += [pc.cast(pc.list_value_length(col), pa.string()),
-                              pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")]
-                else:
-                    parts += [pa.array(["1"] * batch.num_rows), pc.cast(col, pa.string())]
-            parts.append(pa.array([str(len(spec.dense))] * batch.num_rows))
-            parts += [pc.cast(batch.column(d.name), pa.string()) for d in spec.dense]
-            table = pa.table({"line": pc.binary_join_element_wise(*parts, " ")})
-            if writer is None:
-                writer = pacsv.CSVWriter(sink, table.schema, write_options=opts)
-            writer.write_table(table)
-            rows += batch.num_rows
-        if writer is not None:
-            writer.close()
+        rows = write_slots(sink, tables)
     os.replace(tmp, dst)
     return rows
+
+
+def _criteo_slot_table(batch, src: str, hash_buckets: int):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out_names = []
+    for name in (LABEL,) + SPARSE_COLUMNS:
+        out_names += [f"n_{name}", name]
+    out_names += ["n_dense"] + list(DENSE_COLUMNS)
+    n = batch.num_rows
+    one = pa.array(np.ones(n, dtype=np.int8))
+    arrays = []
+    for name in (LABEL,) + SPARSE_COLUMNS:
+        col = batch.column(name)
+        if col.null_count:
+            raise DataError(f"{src}: column {name} has {col.null_count} nulls: prep must fill them")
+        lo, hi = pc.min_max(col).values()
+        if name == LABEL:
+            if lo.as_py() < 0 or hi.as_py() > 1:
+                raise DataError(f"{src}: label outside 0/1 ({lo}..{hi}): fix the input data")
+        elif lo.as_py() < 0 or hi.as_py() >= hash_buckets:
+            raise DataError(f"{src}: {name} ids {lo}..{hi} outside [0, {hash_buckets}): "
+                            f"hash_buckets of the config and of prep differ")
+        arrays += [one, col]
+    arrays.append(pa.array(np.full(n, NUM_DENSE, dtype=np.int8)))
+    for name in DENSE_COLUMNS:
+        col = batch.column(name)
+        if col.null_count or pc.any(pc.is_nan(col)).as_py():
+            raise DataError(f"{src}: dense column {name} has nulls/NaN: prep must transform them")
+        arrays.append(col)
+    return pa.Table.from_arrays(arrays, names=out_names)
+
+
+def _spec_slot_table(batch, src: str, hash_buckets: int, spec: FeatureSpec):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = [pa.array(["1"] * batch.num_rows), pc.cast(batch.column(spec.label), pa.string())]
+    for c in spec.categorical:
+        col = batch.column(c.name)
+        flat = col.values if c.multivalued else col
+        if col.null_count or (len(flat) and (pc.min(flat).as_py() < 0
+                                             or pc.max(flat).as_py() >= hash_buckets)):
+            raise DataError(f"{src}: {c.name} has nulls or ids outside [0, {hash_buckets}): "
+                            f"re-run `ctr-volcano prep` with the spec")
+        if c.multivalued:
+            parts += [pc.cast(pc.list_value_length(col), pa.string()),
+                      pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")]
+        else:
+            parts += [pa.array(["1"] * batch.num_rows), pc.cast(col, pa.string())]
+    parts.append(pa.array([str(len(spec.dense))] * batch.num_rows))
+    parts += [pc.cast(batch.column(d.name), pa.string()) for d in spec.dense]
+    return pa.table({"line": pc.binary_join_element_wise(*parts, " ")})
 
 
 def convert_shards(files: Sequence[str], out_dir: str, hash_buckets: int,

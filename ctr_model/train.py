@@ -431,6 +431,8 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
     t0 = time.time()
 
     def convert():
+        if config.reader == "stream":   # no conversion: Paddle pipes each shard through slot_stream
+            return [(f, _parquet_rows(f)) for f in fetch()], time.time() - t0
         result = convert_shards(fetch(), cache, config.hash_buckets, split.features)
         return result, time.time() - t0
 
@@ -455,8 +457,8 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion, n
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
     start_epoch = _restore(spec, ws, fleet, init)
-    dataset, rows, timings = _load_dataset(spec, config, net, conversion, n_shards)
-    _run_epochs(spec, config, ws, fleet, exe, main_program, net, dataset, rows, start_epoch, timings)
+    dataset, rows, timings, stream = _load_dataset(spec, config, net, conversion, n_shards, features)
+    _run_epochs(spec, config, ws, fleet, exe, main_program, net, dataset, rows, start_epoch, timings, stream)
     if config.reader == "inmemory":
         dataset.release_memory()
     pserver_names = [f"{PSERVER}-{i}" for i in range(spec.pservers)]
@@ -495,10 +497,47 @@ def _restore(spec: RoleSpec, ws: wsp.Workspace, fleet, init: Optional[WarmStart]
     return 0
 
 
-def _load_dataset(spec: RoleSpec, config: TrainConfig, net, conversion, n_shards: int):
+def _parquet_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+class _Stream:
+    """The ``stream`` reader's per-epoch set-up (:mod:`ctr_model.slot_stream`): this epoch's shard
+    order and pipe command before it, the pipe's errors and the example count after it."""
+
+    def __init__(self, spec: RoleSpec, config: TrainConfig, files: Sequence[str], rows: int,
+                 features: Optional[FeatureSpec]):
+        self.config, self.files, self.rows = config, list(files), rows
+        self.dir = os.path.join(_cache_dir(spec), "stream")   # removed with the cache after training
+        self.errors = os.path.join(self.dir, "errors")
+        os.makedirs(self.errors, exist_ok=True)
+        self.spec_file = None
+        if features is not None and not features.is_criteo:
+            self.spec_file = os.path.join(self.dir, "feature_spec.json")
+            write_json(self.spec_file, features.to_dict())
+
+    def before(self, dataset, epoch: int) -> None:
+        from ctr_model import slot_stream
+
+        c = self.config
+        dataset.set_filelist(slot_stream.epoch_order(self.files, c.seed, epoch, c.shuffle))
+        dataset._set_pipe_command(slot_stream.pipe_command(c.hash_buckets, self.errors, spec_file=self.spec_file,
+                                                           seed=c.seed, epoch=epoch, shuffle=c.shuffle))
+
+    def after(self, examples: int, epoch: int) -> None:
+        from ctr_model import slot_stream
+
+        slot_stream.check_epoch(self.errors, examples, self.rows, epoch)
+
+
+def _load_dataset(spec: RoleSpec, config: TrainConfig, net, conversion, n_shards: int,
+                  features: Optional[FeatureSpec] = None):
     """Wait for this trainer's converted shards and open them as a Paddle dataset (loaded into memory
-    with the ``inmemory`` reader); returns ``(dataset, rows, timings)``, timings in seconds:
-    ``convert`` (the conversion), ``convert_wait`` (waited for it after start-up), ``load``."""
+    with the ``inmemory`` reader; the Parquet shards themselves with ``stream``); returns
+    ``(dataset, rows, timings, stream)``, timings in seconds: ``convert`` (the conversion),
+    ``convert_wait`` (waited for it after start-up), ``load``; ``stream`` a :class:`_Stream` or None."""
     import paddle
 
     t_wait = time.time()
@@ -506,8 +545,12 @@ def _load_dataset(spec: RoleSpec, config: TrainConfig, net, conversion, n_shards
     convert_wait = time.time() - t_wait
     files = [f for f, _ in converted]
     rows = sum(r for _, r in converted)
-    _log(spec, f"{n_shards} shard(s), {rows} rows converted to slot text in {convert_s:.1f}s "
-               f"(waited {convert_wait:.1f}s for it after start-up)")
+    stream = _Stream(spec, config, files, rows, features) if config.reader == "stream" else None
+    if stream is None:
+        _log(spec, f"{n_shards} shard(s), {rows} rows converted to slot text in {convert_s:.1f}s "
+                   f"(waited {convert_wait:.1f}s for it after start-up)")
+    else:
+        _log(spec, f"{n_shards} shard(s), {rows} rows streamed from Parquet (no slot-text copy)")
     if config.reader == "inmemory":
         dataset = paddle.distributed.InMemoryDataset()
     else:
@@ -521,11 +564,12 @@ def _load_dataset(spec: RoleSpec, config: TrainConfig, net, conversion, n_shards
         dataset.load_into_memory()
         load_s = time.time() - t
         _log(spec, f"loaded {rows} rows into memory in {load_s:.1f}s")
-    return dataset, rows, {"convert": convert_s, "convert_wait": convert_wait, "load": load_s}
+    return dataset, rows, {"convert": convert_s, "convert_wait": convert_wait, "load": load_s}, stream
 
 
 def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, exe, main_program, net,
-                dataset, rows: int, start_epoch: int, timings: Dict[str, float]) -> None:
+                dataset, rows: int, start_epoch: int, timings: Dict[str, float],
+                stream: Optional[_Stream] = None) -> None:
     """Epochs ``start_epoch + 1 .. config.epochs``: train, record the epoch's metrics in this
     trainer's progress file, checkpoint."""
     import paddle
@@ -543,6 +587,8 @@ def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, e
         for epoch in range(start_epoch + 1, config.epochs + 1):
             if config.reader == "inmemory" and config.shuffle:
                 dataset.local_shuffle()
+            if stream is not None:
+                stream.before(dataset, epoch)
             _reset_stats(scope, stat_names)
             progress.epoch, progress.t0 = epoch, time.time()
             t = time.time()
@@ -551,6 +597,8 @@ def _run_epochs(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, fleet, e
                                    fetch_info=["loss", "auc"], print_period=config.print_every)
             seconds = time.time() - t
             n, loss, pos, neg = progress.read()
+            if stream is not None:
+                stream.after(int(n), epoch)
             first_epoch = epoch == start_epoch + 1   # the start-up costs are reported once
             record = {"epoch": epoch, "examples": int(n), "seconds": round(seconds, 3),
                       "start_time": round(t, 3), "end_time": round(t + seconds, 3),
