@@ -11,6 +11,7 @@ import os
 if os.environ.get("BENCH_PROBE_DIR"):
     import atexit
     import json
+    import sys
     import time
 
     def _spawn_time() -> float:
@@ -46,6 +47,8 @@ if os.environ.get("BENCH_PROBE_DIR"):
         _probe.update(
             exit_time=time.time(),
             role=os.environ.get("TRAINING_ROLE", ""),
+            # a role's helper (the stream reader's pipe) inherits its variables: the program tells
+            program=os.path.basename(sys.argv[0]) if getattr(sys, "argv", None) else "",
             trainer_id=os.environ.get("PADDLE_TRAINER_ID"),
             port=os.environ.get("PADDLE_PORT"),
             peak_rss_mb=_peak_rss_kb() / 1024.0)
