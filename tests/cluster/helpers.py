@@ -9,7 +9,7 @@ import pytest
 
 __all__ = ["wait_for", "job_pods", "set_outcome", "get_job", "get_podgroups", "pod_phases",
            "bound_pods", "make_spec", "write_training_outputs", "LauncherThread", "job_phase", "running_pods", "finish_trainers", "GangMonitor", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
-           "EXIT_CODE_ANNOTATION", "plain_job", "SHIPPED_RBAC", "ctr_volcano_cli"]
+           "EXIT_CODE_ANNOTATION", "plain_job", "SHIPPED_RBAC", "ctr_volcano_cli", "create_queue"]
 
 #: The launcher's RBAC as shipped to users; the cluster tier runs every launcher with its token.
 SHIPPED_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
@@ -283,3 +283,17 @@ class GangMonitor:
             if any(0 < a < self.gang and 0 < b < self.gang for a, b in zip(before, before[1:])):
                 partial.append(job)
         return partial
+
+
+def create_queue(api, name: str, *, weight: int = 1, reclaimable: bool = False,
+                 capability: Optional[Dict[str, str]] = None) -> None:
+    """Create a Volcano Queue and wait until its controller reports it Open."""
+    co = _co(api)
+    spec: Dict[str, Any] = {"weight": weight, "reclaimable": reclaimable}
+    if capability:
+        spec["capability"] = dict(capability)
+    co.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec})
+    wait_for(f"queue {name} Open", lambda: (co.get_cluster_custom_object(
+        "scheduling.volcano.sh", "v1beta1", "queues", name).get("status") or {}).get("state") == "Open",
+        timeout=30)

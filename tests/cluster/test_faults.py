@@ -17,7 +17,7 @@ from typing import Dict, List
 import pytest
 
 from tests.cluster.helpers import get_job, job_phase, wait_for
-from tests.cluster.test_process_nodes import GangSampler, _alive, _claim, _evaluate_auc, _params
+from tests.cluster.test_process_nodes import GangSampler, StepThread, _alive, _claim, _evaluate_auc, _params
 from tests.gang_helpers import parent_pid
 from tests.s3store import restart_when_written
 
@@ -37,24 +37,12 @@ def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_
     attempt, one Job and the gang's processes never replaced; the model scores near the oracle."""
     from kubernetes import client
 
-    from ctr_volcano.training.step import run_training_step
-
     sandbox.add_process_nodes(2)
     claim = _claim(sandbox, tmp_path)
     job = "ctr-api"
-    lines: List[str] = []
-    box: Dict[str, object] = {}
-
-    def step() -> None:
-        try:
-            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"),
-                                              _params(sandbox, claim, job, epochs=3), log=lines.append)
-        except BaseException as exc:
-            box["error"] = exc
-
     with GangSampler(job) as sampler:
-        thread = threading.Thread(target=step, daemon=True)
-        thread.start()
+        step = StepThread(planted["prep"], str(tmp_path / "model"), _params(sandbox, claim, job, epochs=3)).start()
+        lines = step.lines
         wait_for("the four gang processes", lambda: len(_roles(sampler)) == 4, timeout=300,
                  cluster=sandbox.cluster)
         wait_for("training under way", lambda: any("[trainer-0]" in line and "epoch" in line
@@ -63,10 +51,8 @@ def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_
         gang = _roles(sampler)
         unreachable_s = sandbox.cluster.restart_apiserver(down_s=3.0)
         after = _roles(sampler)   # the gang's processes once the server is back: none new
-        thread.join(600)
-    assert not thread.is_alive(), "the step did not finish"
-    log = "\n".join(lines)
-    assert "error" not in box, f"{box.get('error')}\n{log}"
+        step.join(600)
+    result, log = step.succeeded(), step.log
     retries = [line for line in lines if "API error, retrying" in line]
     refused = [line for line in lines if "refused right after an outage" in line]
     back = [line for line in lines if "API server answers again" in line]
@@ -75,7 +61,6 @@ def test_a_restarted_apiserver_is_waited_out_and_the_step_succeeds(sandbox, tmp_
           f"{back[0].strip() if back else 'no retry line'}")
     assert retries and back, log                      # the launcher saw the outage and got past it
     assert set(after) <= set(gang), (gang, after)     # not replaced (it may have finished meanwhile)
-    result = box["result"]
     assert result.attempts == 1, log                  # no gang restart
     api = sandbox.api()
     jobs = client.CustomObjectsApi(api).list_namespaced_custom_object(
@@ -150,7 +135,6 @@ def test_a_lost_node_restarts_the_gang_on_the_others_from_its_checkpoint(sandbox
     from kubernetes import client
 
     from ctr_model import checkpoint as ckpt
-    from ctr_volcano.training.step import run_training_step
     from nodeagent import ANN_NETNS, netns_pids
 
     sandbox.add_process_nodes(3)
@@ -158,23 +142,14 @@ def test_a_lost_node_restarts_the_gang_on_the_others_from_its_checkpoint(sandbox
     job = "ctr-node"
     output = claim / "ctr-runs" / job / "output"
     core = client.CoreV1Api(sandbox.api())
-    lines: List[str] = []
-    box: Dict[str, object] = {}
-
-    def step() -> None:
-        try:
-            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"), _params(
-                sandbox, claim, job, epochs=3, config={"checkpoint_secs": 0}), log=lines.append)
-        except BaseException as exc:
-            box["error"] = exc
 
     def gang_pods():
         return [p for p in core.list_namespaced_pod(sandbox.namespace).items
                 if (p.metadata.labels or {}).get("volcano.sh/job-name") == job]
 
     with GangSampler(job) as sampler:
-        thread = threading.Thread(target=step, daemon=True)
-        thread.start()
+        step = StepThread(planted["prep"], str(tmp_path / "model"), _params(
+            sandbox, claim, job, epochs=3, config={"checkpoint_secs": 0})).start()
         wait_for("the first checkpoint on the claim",
                  lambda: output.is_dir() and ckpt.latest_complete(str(output)) is not None,
                  timeout=300, interval=0.3, cluster=sandbox.cluster)
@@ -198,11 +173,8 @@ def test_a_lost_node_restarts_the_gang_on_the_others_from_its_checkpoint(sandbox
         regang = wait_for("the gang running again on the other nodes", new_gang_running, timeout=400,
                           interval=0.5, cluster=sandbox.cluster)
         recovered_s = time.monotonic() - t_lost
-        thread.join(600)
-    assert not thread.is_alive(), "the step did not finish"
-    log = "\n".join(lines)
-    assert "error" not in box, f"{box.get('error')}\n{log}"
-    result = box["result"]
+        step.join(600)
+    result, log = step.succeeded(), step.log
     assert node not in {p.spec.node_name for p in regang}
     assert result.attempts == 2, log
     resumed = [line for line in log.splitlines() if "resumed from" in line]
@@ -210,7 +182,7 @@ def test_a_lost_node_restarts_the_gang_on_the_others_from_its_checkpoint(sandbox
     assert get_job(sandbox.api(), sandbox.namespace, job)["metadata"]["uid"] == uid   # the same Job
     assert job_phase(sandbox.api(), sandbox.namespace, job) == "Completed"
     auc = _evaluate_auc(tmp_path / "model", planted["prep"], tmp_path / "eval")
-    causes = [line.strip() for line in lines if "attempt 1 restarted:" in line]
+    causes = [line.strip() for line in step.lines if "attempt 1 restarted:" in line]
     assert causes and "no failed or evicted pod" not in causes[0], log   # the restart is explained
     print(f"\nnode lost: {node} with {', '.join(on_node)}; gang running again on the other nodes "
           f"{recovered_s:.0f}s later; {resumed[0].strip()}; test AUC {auc:.4f}, oracle "
@@ -228,36 +200,23 @@ def test_a_claim_that_fills_during_a_checkpoint_fails_the_step_in_one_line(sandb
     and the first checkpoint stays complete for a later run."""
     from ctr_model import checkpoint as ckpt
     from ctr_model.space import tree_bytes
-    from ctr_volcano.training.step import run_training_step
 
     sandbox.add_process_nodes(2)
     claim = _claim(sandbox, tmp_path, tmpfs_size="512m")
     job = "ctr-full"
     output = claim / "ctr-runs" / job / "output"
-    lines: List[str] = []
-    box: Dict[str, object] = {}
-
-    def step() -> None:
-        try:
-            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"), _params(
-                sandbox, claim, job, epochs=3, config={"checkpoint_secs": 0}), log=lines.append)
-        except BaseException as exc:
-            box["error"] = exc
-
     with GangSampler(job) as sampler:
-        thread = threading.Thread(target=step, daemon=True)
-        thread.start()
+        step = StepThread(planted["prep"], str(tmp_path / "model"), _params(
+            sandbox, claim, job, epochs=3, config={"checkpoint_secs": 0})).start()
         first = wait_for("the first checkpoint on the claim", lambda: output.is_dir() and ckpt.latest_complete(
             str(output)), timeout=300, interval=0.2, cluster=sandbox.cluster)
         size = tree_bytes(first.path, allocated=True)
         st = os.statvfs(claim)
         subprocess.run(["fallocate", "-l", str(st.f_bavail * st.f_frsize - size // 2), str(claim / "filler")],
                        check=True)
-        thread.join(600)
+        step.join(600)
         wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
-    assert not thread.is_alive(), "the step did not finish"
-    log = "\n".join(lines)
-    err = box.get("error")
+    log, lines, err = step.log, step.lines, step.error
     assert err is not None, f"the step succeeded on a full claim\n{log}"
     head = str(err).splitlines()[0]
     print(f"\nfull claim after a {size}-byte checkpoint: {type(err).__name__}: {head[:400]}")

@@ -296,6 +296,42 @@ def _params(sandbox, claim: Optional[Path], job: str, **over):
     return StepParams(**fields)
 
 
+class StepThread:
+    """``run_training_step`` in a thread, so a test can put a fault in while the gang trains; keeps
+    the step's log lines and its result or error."""
+
+    def __init__(self, prep: str, model_dir: str, params) -> None:
+        self.lines: List[str] = []
+        self.result = self.error = None
+        self.thread = threading.Thread(target=self._run, args=(prep, model_dir, params), daemon=True)
+
+    def _run(self, prep: str, model_dir: str, params) -> None:
+        from ctr_volcano.training.step import run_training_step
+
+        try:
+            self.result = run_training_step(prep, model_dir, params, log=self.lines.append)
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self) -> "StepThread":
+        self.thread.start()
+        return self
+
+    def join(self, timeout: float = 600) -> "StepThread":
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the step did not finish"
+        return self
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def succeeded(self):
+        """The step's result; fails the test with the error and the log otherwise."""
+        assert self.error is None, f"{self.error}\n{self.log}"
+        return self.result
+
+
 def _evaluate_auc(model: Path, prep: str, out: Path) -> float:
     _cli("evaluate", "--model", str(model), "--data", prep, "--out", str(out))
     return float(json.loads((out / "metrics.json").read_text())["auc"])
@@ -454,38 +490,22 @@ def test_sigkill_restarts_the_gang_from_its_checkpoint(sandbox, tmp_path, plante
     with 137, Volcano restarts the Job, the new gang resumes from the checkpoint on the claim and
     completes; the step's record names the killed pod and its exit code."""
     from ctr_model import checkpoint as ckpt
-    from ctr_volcano.training.step import run_training_step
 
     sandbox.add_process_nodes(2)
     claim = _claim(sandbox, tmp_path)
     job = f"ctr-kill-{role[0]}"
     output = claim / "ctr-runs" / job / "output"
-    lines: List[str] = []
-    box: Dict[str, object] = {}
-
-    def step() -> None:
-        try:
-            box["result"] = run_training_step(planted["prep"], str(tmp_path / "model"),
-                                              _params(sandbox, claim, job, epochs=3,
-                                                      config={"checkpoint_secs": 0}),  # every epoch
-                                              log=lines.append)
-        except BaseException as exc:
-            box["error"] = exc
-
     with GangSampler(job) as sampler:
-        thread = threading.Thread(target=step, daemon=True)
-        thread.start()
+        step = StepThread(planted["prep"], str(tmp_path / "model"), _params(
+            sandbox, claim, job, epochs=3, config={"checkpoint_secs": 0})).start()   # every epoch
         wait_for("the first checkpoint on the claim",
                  lambda: output.is_dir() and ckpt.latest_complete(str(output)) is not None,
                  timeout=300, interval=0.3, cluster=sandbox.cluster)
         victims = sampler.live(role, "1")
         assert len(victims) == 1, f"expected one {role}-1 process, found {victims}"
         os.kill(victims[0], signal.SIGKILL)
-        thread.join(600)
-    assert not thread.is_alive(), "the step did not finish"
-    log = "\n".join(lines)
-    assert "error" not in box, f"{box.get('error')}\n{log}"
-    result = box["result"]
+        step.join(600)
+    result, log = step.succeeded(), step.log
     assert result.attempts == 2, log
     assert f"pod {job}-{role}-1 ({role}) failed: Error, exit code 137" in log, log
     resumed = [line for line in log.splitlines() if "resumed from" in line]

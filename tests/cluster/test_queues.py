@@ -15,7 +15,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from tests.cluster.helpers import GangMonitor, ctr_volcano_cli, job_phase, wait_for
+from tests.cluster.helpers import GangMonitor, create_queue, ctr_volcano_cli, job_phase, wait_for
 from tests.cluster.test_process_nodes import _claim, _params
 
 pytestmark = pytest.mark.cluster
@@ -44,18 +44,6 @@ def test_gang_seconds_of_one_sample_count_until_the_next():
     samples = [{"a": 4, "b": 0}, {"a": 4, "b": 4}, {"a": 0, "b": 2}]
     assert gang_seconds(times, samples, {"a": "heavy", "b": "light"}, until=4.0) == {
         "heavy": 3.0, "light": 2.0}
-
-
-def _create_queue(api, name: str, weight: int) -> None:
-    from kubernetes import client
-
-    co = client.CustomObjectsApi(api)
-    co.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", {
-        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
-        "spec": {"weight": weight, "reclaimable": True}})
-    wait_for(f"queue {name} Open", lambda: (co.get_cluster_custom_object(
-        "scheduling.volcano.sh", "v1beta1", "queues", name).get("status") or {}).get("state") == "Open",
-        timeout=30)
 
 
 def _delete_queue(api, name: str) -> None:
@@ -90,7 +78,7 @@ def test_eight_steps_in_two_weighted_queues_all_complete_whole(sandbox, tmp_path
     api = sandbox.api()
     queues = {kind: f"{kind}-{sandbox.pool}" for kind in WEIGHTS}
     for kind, name in queues.items():
-        _create_queue(api, name, WEIGHTS[kind])
+        create_queue(api, name, weight=WEIGHTS[kind], reclaimable=True)
         sandbox.cleanup.append(lambda name=name: _delete_queue(api, name))
     sandbox.add_process_nodes(2, cpu="4")          # 8 pods of 1 CPU: exactly 2 gangs
     claim = _claim(sandbox, tmp_path)

@@ -25,6 +25,7 @@ from tests.cluster.helpers import (
     GangMonitor,
     LauncherThread,
     bound_pods,
+    create_queue,
     finish_trainers,
     get_job,
     get_podgroups,
@@ -278,17 +279,6 @@ def test_restarted_launcher_reattaches_without_duplicate(cluster, sandbox, tmp_p
 
 
 # 7 ------------------------------------------------------------------------------------------------
-def _create_queue(api, name: str, cpu: str) -> None:
-    from kubernetes import client
-    co = client.CustomObjectsApi(api)
-    co.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", {
-        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
-        "spec": {"weight": 1, "reclaimable": False, "capability": {"cpu": cpu, "memory": "64Gi"}}})
-    wait_for(f"queue {name} Open", lambda: (co.get_cluster_custom_object(
-        "scheduling.volcano.sh", "v1beta1", "queues", name).get("status") or {}).get("state") == "Open",
-        timeout=30)
-
-
 def test_queue_capability_keeps_gang_pending_with_queue_reason(cluster, sandbox, tmp_path):
     """A queue whose capability is below the gang keeps it Pending; the launcher reports the
     queue's reason and gives up after its schedule timeout."""
@@ -298,7 +288,7 @@ def test_queue_capability_keeps_gang_pending_with_queue_reason(cluster, sandbox,
 
     api, ns = sandbox.api(), sandbox.namespace
     queue = f"small-{sandbox.pool}"
-    _create_queue(api, queue, cpu="2")
+    create_queue(api, queue, capability={"cpu": "2", "memory": "64Gi"})
     try:
         sandbox.add_nodes(2, cpu="4")  # room enough on the nodes: only the queue says no
         spec = make_spec(sandbox, "capped", _out(tmp_path, "capped"), queue=queue, schedule_timeout_s=8)
