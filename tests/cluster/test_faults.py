@@ -133,9 +133,9 @@ def test_a_lost_node_restarts_the_gang_on_the_others_from_its_checkpoint(sandbox
     Volcano restarts the gang (same Job) on the nodes left, it resumes from the checkpoint on the
     claim, the step succeeds and the model scores near the oracle."""
     from kubernetes import client
+    from nodeagent import ANN_NETNS, netns_pids
 
     from ctr_model import checkpoint as ckpt
-    from nodeagent import ANN_NETNS, netns_pids
 
     sandbox.add_process_nodes(3)
     claim = _claim(sandbox, tmp_path)
