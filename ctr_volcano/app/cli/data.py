@@ -84,6 +84,9 @@ def _register_prep(subparsers) -> None:
     p.add_argument("--feature-spec", default="", metavar="FILE",
                    help="the input's layout: a YAML/JSON feature spec file, or the spec as JSON "
                         "(default: Criteo TSV; see docs/features.md)")
+    p.add_argument("--fanout", type=int, default=None, metavar="N",
+                   help="fan prep out to N worker processes per phase, as a cluster's prep pods "
+                        "run it (Criteo TSV; docs/scale.md); the output is the same for every N")
     p.add_argument("--json", action="store_true", help="print the full stats as JSON")
     p.set_defaults(func=_prep)
 
@@ -136,6 +139,19 @@ def _gen_spec_data(args: argparse.Namespace, spec) -> int:
     return 0
 
 
+def _prep_fanout(args: argparse.Namespace, config, spec):
+    from ctr_volcano.data.prep.fanout import prep_fanout
+    from ctr_volcano.errors import BadInput
+
+    if args.fanout < 1:
+        raise BadInput("--fanout", args.fanout, "give the worker processes to fan out to (1 or more), "
+                       "or leave the flag out for the one-process prep")
+    if spec is not None and not spec.is_criteo:
+        raise BadInput("--fanout", args.fanout, "the fanned-out prep reads Criteo TSV; prep a feature "
+                       "spec's data without --fanout (--workers parallelises it)")
+    return prep_fanout(args.input, args.out, config, workers=args.fanout)
+
+
 def _prep(args: argparse.Namespace) -> int:
     from ctr_volcano.data.prep import PrepConfig, prep
     from ctr_volcano.data.spec_input import read_feature_spec
@@ -151,7 +167,10 @@ def _prep(args: argparse.Namespace) -> int:
                         max_bad_fraction=args.max_bad_fraction, seed=args.seed,
                         block_bytes=args.block_mb << 20, workers=args.workers)
     spec = read_feature_spec(args.feature_spec)
-    stats = prep(args.input, args.out, config, spec=spec)
+    if args.fanout is not None:
+        stats = _prep_fanout(args, config, spec)
+    else:
+        stats = prep(args.input, args.out, config, spec=spec)
     if args.json:
         json.dump(stats, sys.stdout, indent=2)
         print()

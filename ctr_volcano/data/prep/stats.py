@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -10,10 +10,17 @@ from ctr_model.atomic import write_json
 from ctr_model.features import RAW_COLUMNS, SCHEMA_VERSION, write_split_schema
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.parse import looks_like_header
-from ctr_volcano.data.prep.split import ShardSet
 from ctr_volcano.errors import BadInput
 
-__all__ = ["Accumulator"]
+__all__ = ["Accumulator", "Shards"]
+
+
+class Shards(Protocol):
+    """A split's written shards, as the stats read them (:class:`~.split.ShardSet` is one)."""
+
+    dir: str
+
+    def files(self) -> List[Dict[str, Any]]: ...
 
 
 class Accumulator:
@@ -78,7 +85,7 @@ class Accumulator:
                 + ("; most lines are bad: is this a Criteo TSV file (label, 13 integer and 26 "
                    "categorical fields, tab-separated)?" if frac > 0.5 else ""))
 
-    def stats(self, train: ShardSet, test: ShardSet, seconds: float) -> Dict[str, Any]:
+    def stats(self, train: Shards, test: Shards, seconds: float) -> Dict[str, Any]:
         good = self.rows_train + self.rows_test
         if self.rows_in != good + self.rows_rejected:  # a bug, never bad input
             raise RuntimeError(f"row accounting broke: rows_in={self.rows_in} != train "
@@ -109,7 +116,7 @@ class Accumulator:
         }
 
 
-def write_outputs(acc: "Accumulator", train: ShardSet, test: ShardSet, seconds: float, id_space: int,
+def write_outputs(acc: "Accumulator", train: Shards, test: Shards, seconds: float, id_space: int,
                   spec_doc: Dict[str, Any], stats_path: Optional[str], **extra: Any) -> Dict[str, Any]:
     """The end of a prep run, whichever reader made it: the rejected share checked, both splits'
     ``schema.json`` (with the feature spec) and ``stats.json`` written; returns the stats.
