@@ -82,11 +82,17 @@ def _build_now() -> Path:
     return mc.build_binaries()
 
 
+#: The images the session cluster's process nodes run: the trainer's, and the component image the
+#: prep pods run (its environment is built the first time a pod uses it, as test_kfp_run's is).
+SESSION_IMAGES = dict(mc.DEFAULT_IMAGES, **{"ctr-component": mc.REPO / "dockerfiles" / "Dockerfile.component"})
+
+
 @pytest.fixture(scope="session")
 def cluster(minicluster_bin, tmp_path_factory):
     """The running mini cluster (a :class:`minicluster.MiniCluster`)."""
     workdir = tmp_path_factory.mktemp("minicluster")
-    c = mc.MiniCluster(minicluster_bin, workdir, schedule_period="500ms", process_nodes=True)
+    c = mc.MiniCluster(minicluster_bin, workdir, schedule_period="500ms", process_nodes=True,
+                       images=SESSION_IMAGES)
     try:
         c.start()
         yield c

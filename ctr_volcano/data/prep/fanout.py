@@ -73,10 +73,15 @@ class Runner(Protocol):
     """Runs one phase on ``count`` workers, worker ``i`` as ``python -m ctr_volcano.data.prep.fanout
     PHASE --work WORK --index i --count N``; returns when all have exited 0.
 
+    ``shared_dirs``: the workers run as another user (a pod's UID), so the directories they write in
+    are made world-writable (not every volume type honours ``fsGroup``).
+
     Raises:
         BadInput: a worker refused the input (re-raised as the worker raised it).
         FanoutFailed: a worker failed otherwise.
     """
+
+    shared_dirs: bool
 
     def run(self, phase: str, work: str, count: int) -> None: ...
 
@@ -286,6 +291,8 @@ class _Written:
 class LocalRunner:
     """The workers as processes of this machine (``python -m ctr_volcano.data.prep.fanout``)."""
 
+    shared_dirs = False
+
     def run(self, phase: str, work: str, count: int) -> None:
         procs = [subprocess.Popen([sys.executable, "-m", __name__, phase, "--work", work,
                                    "--index", str(i), "--count", str(count)],
@@ -332,6 +339,10 @@ def prep_fanout(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     runner = runner if runner is not None else LocalRunner()
+    _clear_splits(out_dir)
+    if runner.shared_dirs:
+        for d in (work, os.path.join(out_dir, "train"), os.path.join(out_dir, "test")):
+            os.chmod(d, 0o777)
     try:
         write_json(os.path.join(work, _PLAN), {"files": [os.path.abspath(f) for f in files],
                                                "units": plan_units(files, config.block_bytes),

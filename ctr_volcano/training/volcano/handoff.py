@@ -23,7 +23,7 @@ from ctr_model.space import copy_tree
 from ctr_volcano.errors import BadInput
 from ctr_volcano.util.outputs import room_for
 
-__all__ = ["RunDirs", "RUNS_DIR", "prepare_run_dir", "copy_model_out", "build_pvc"]
+__all__ = ["RunDirs", "RUNS_DIR", "put_on_claim", "prepare_run_dir", "copy_model_out", "build_pvc"]
 
 #: Sub-directory of the claim that holds one directory per training job.
 RUNS_DIR = "ctr-runs"
@@ -54,7 +54,7 @@ def _inside(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def _put_on_claim(src: str, mount_path: str, dst: str) -> Tuple[str, bool]:
+def put_on_claim(src: str, mount_path: str, dst: str) -> Tuple[str, bool]:
     """``src`` itself if it is on the claim, else a complete copy at ``dst`` (reused if complete)."""
     if _inside(src, mount_path):
         return os.path.realpath(src), False
@@ -97,12 +97,12 @@ def prepare_run_dir(mount_path: str, job_name: str, data_path: str,
     os.makedirs(output_dir, exist_ok=True)
     for d in (os.path.join(mount_path, RUNS_DIR), root, output_dir):
         os.chmod(d, 0o777)
-    data_dir, copied = _put_on_claim(data_path, mount_path, os.path.join(root, "data"))
+    data_dir, copied = put_on_claim(data_path, mount_path, os.path.join(root, "data"))
     init_dir = None
     if init_model:
         if not os.path.isdir(init_model):
             raise BadInput("init_model", init_model, "pass an exported model directory")
-        init_dir, _ = _put_on_claim(init_model, mount_path, os.path.join(root, "init_model"))
+        init_dir, _ = put_on_claim(init_model, mount_path, os.path.join(root, "init_model"))
     return RunDirs(root, data_dir, output_dir, copied=copied, init_model=init_dir)
 
 

@@ -1,0 +1,220 @@
+"""The prep fan-out's workers (:mod:`ctr_volcano.data.prep.fanout`) as the pods of a Volcano Job, one
+Job per phase (:class:`VolcanoRunner`).
+
+Why here: every Volcano Job the product creates is built, checked and watched in this package, through
+its one thin client (:mod:`.client`), with the webhook's checks done client-side (:func:`.manifest.check_job`).
+
+Why a Volcano Job and not KFP's ``ParallelFor``: the phases need a barrier between them (every block
+parsed before the merge places one), which a Job gives as "all its pods succeeded"; a ``ParallelFor``
+would compile N tasks into the pipeline's graph, fixed at compile time and hidden from a caller of
+``prepare_ctr_data`` outside KFP, while a Job's N is a parameter and runs the same way from the CLI.
+
+Why a gang (``minAvailable`` = N): a worker's share is fixed by N, so a phase ends only when all N
+have run; a half-placed phase would hold its nodes while the rest waited, and a gang that cannot be
+placed says why on its PodGroup. Why ``RestartPod`` on a failure: each worker's phase is idempotent (it
+rewrites its own files whole), so only the failed pod runs again, up to ``max_retry``; exit 2 (the
+input was refused: the worker left its :class:`~ctr_volcano.errors.BadInput` in the work directory)
+ends the Job at once.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ctr_model.contract import EXIT_BAD_INPUT
+from ctr_model.space import copy_tree
+from ctr_volcano.data.prep.config import PrepConfig
+from ctr_volcano.data.prep.fanout import FanoutFailed, prep_fanout, raise_worker_error
+from ctr_volcano.errors import BadInput, TransientError
+from ctr_volcano.training.volcano.api_types import JOBS
+from ctr_volcano.training.volcano.diagnosis import podgroup_summary
+from ctr_volcano.training.volcano.handoff import RUNS_DIR, put_on_claim
+from ctr_volcano.training.volcano.manifest import LABEL_JOB, check_job
+from ctr_volcano.util.outputs import room_for
+
+__all__ = ["PrepPods", "build_prep_job", "VolcanoRunner", "prep_on_volcano"]
+
+logger = logging.getLogger(__name__)
+
+#: The pods' command (argv, never a shell string); the phase, work directory and N follow.
+ENTRYPOINT = ("python", "-m", "ctr_volcano.data.prep.fanout")
+_DONE = {"Completed"}
+_FAILED = {"Failed", "Terminated", "Aborted"}
+
+
+@dataclass(frozen=True)
+class PrepPods:
+    """Where and how the prep pods run. The claim holds the input, the work directory and the output,
+    mounted at ``mount_path`` in the pods and in the process that coordinates them."""
+
+    namespace: str
+    image: str
+    claim_name: str
+    mount_path: str
+    job_name: str = "ctr-prep"
+    queue: str = "default"
+    cpu: str = "1"
+    memory: str = "2Gi"
+    max_retry: int = 2
+    run_as_user: int = 1000
+    node_selector: Tuple[Tuple[str, str], ...] = ()
+    service_account: str = ""
+    schedule_timeout_s: float = 600.0
+    timeout_s: float = 24 * 3600.0
+    poll_s: float = 2.0
+    owner_references: Tuple[Mapping[str, Any], ...] = field(default=())
+
+
+def build_prep_job(pods: PrepPods, phase: str, work: str, count: int) -> Dict[str, Any]:
+    """The Volcano Job of one phase: ``count`` pods of task ``prep``, worker ``i`` told its index by
+    the env plugin (``VC_TASK_INDEX``). Pure; passes :func:`~.manifest.check_job`."""
+    name = f"{pods.job_name}-{phase}"
+    resources = {"cpu": pods.cpu, "memory": pods.memory}
+    container = {
+        "name": "prep", "image": pods.image,
+        "command": [*ENTRYPOINT, phase, "--work", work, "--count", str(count)],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "resources": {"requests": resources, "limits": resources},
+        "volumeMounts": [{"name": "data", "mountPath": pods.mount_path}],
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+    pod_spec: Dict[str, Any] = {
+        "schedulerName": "volcano", "restartPolicy": "Never", "containers": [container],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pods.claim_name}}],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": pods.run_as_user, "runAsGroup": pods.run_as_user,
+                            "fsGroup": pods.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    if pods.node_selector:
+        pod_spec["nodeSelector"] = dict(pods.node_selector)
+    if pods.service_account:
+        pod_spec["serviceAccountName"] = pods.service_account
+    labels = {LABEL_JOB: name}
+    metadata: Dict[str, Any] = {"name": name, "namespace": pods.namespace, "labels": labels}
+    if pods.owner_references:
+        metadata["ownerReferences"] = [dict(r, controller=False, blockOwnerDeletion=False)
+                                       for r in pods.owner_references]
+    job = {"apiVersion": JOBS.api_version, "kind": "Job", "metadata": metadata, "spec": {
+        "schedulerName": "volcano", "minAvailable": count, "queue": pods.queue, "maxRetry": pods.max_retry,
+        "plugins": {"env": []},
+        "policies": [{"exitCode": EXIT_BAD_INPUT, "action": "TerminateJob"},
+                     {"event": "PodEvicted", "action": "RestartPod"},
+                     {"event": "PodFailed", "action": "RestartPod"}],
+        "tasks": [{"name": "prep", "replicas": count, "minAvailable": count, "maxRetry": pods.max_retry,
+                   "template": {"metadata": {"labels": labels}, "spec": pod_spec}}],
+    }}
+    check_job(job)
+    return job
+
+
+def prep_on_volcano(raw: str, train_out: str, test_out: str, config: PrepConfig, workers: int,
+                    pods: PrepPods, client: Any, log: Callable[[str], None] = logger.info) -> Dict[str, Any]:
+    """Prep ``raw`` with ``workers`` prep pods per phase into ``train_out`` and ``test_out``.
+
+    The input is read where it is if it is on the claim, else copied to
+    ``<mount>/ctr-runs/<job>/raw``; the pods write ``<mount>/ctr-runs/<job>/prep``, which is copied
+    to the two outputs and removed. Returns prep's stats.
+    """
+    if not os.path.isdir(pods.mount_path):
+        raise BadInput("pvc_mount_path", pods.mount_path,
+                       "mount the shared ReadWriteMany PVC in this step at this path "
+                       "(kfp.kubernetes.mount_pvc(task, pvc_name=..., mount_path=...))")
+    root = os.path.join(pods.mount_path, RUNS_DIR, pods.job_name)
+    os.makedirs(root, exist_ok=True)
+    for d in (os.path.dirname(root), root):
+        os.chmod(d, 0o777)
+    raw_on_claim, copied = put_on_claim(raw, pods.mount_path, os.path.join(root, "raw"))
+    if copied:
+        log(f"prep: copied the input to the claim ({raw_on_claim})")
+    out = os.path.join(root, "prep")
+    stats = prep_fanout([raw_on_claim], out, config, workers=workers, runner=VolcanoRunner(client, pods, log=log))
+    for split, dst in (("train", train_out), ("test", test_out)):
+        with room_for(f"{split}_data", dst):
+            copy_tree(os.path.join(out, split), dst, dirs_exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    return stats
+
+
+class VolcanoRunner:
+    """Runs each fan-out phase as a Volcano Job and waits for all its pods (a
+    :class:`~ctr_volcano.data.prep.fanout.Runner`)."""
+
+    shared_dirs = True     # the pods run as their own UID
+
+    def __init__(self, client: Any, pods: PrepPods, *, log: Callable[[str], None] = logger.info,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        if not os.path.isabs(pods.mount_path):
+            raise BadInput("pvc_mount_path", pods.mount_path, "give an absolute path, e.g. /mnt/ctr")
+        self.client, self.pods, self.log, self.clock, self.sleep = client, pods, log, clock, sleep
+
+    def run(self, phase: str, work: str, count: int) -> None:
+        if not os.path.abspath(work).startswith(self.pods.mount_path.rstrip("/") + "/"):
+            raise BadInput("pvc_mount_path", self.pods.mount_path,
+                           f"the prep work directory {work} must be on the claim the pods mount there")
+        job = build_prep_job(self.pods, phase, work, count)
+        name = job["metadata"]["name"]
+        self._delete(name)      # a Job of an earlier, interrupted run of this step
+        self.client.create_job(job)
+        self.log(f"prep {phase}: Volcano Job {self.pods.namespace}/{name} of {count} pods created")
+        try:
+            phase_now = self._wait(name)
+            if phase_now not in _DONE:
+                self._raise_failure(name, phase, work, phase_now)
+            self.log(f"prep {phase}: all {count} pods succeeded")
+        finally:
+            self._delete(name)
+
+    def _wait(self, name: str) -> str:
+        started = self.clock()
+        while True:
+            job = self._get(name)
+            state = ((job or {}).get("status") or {}).get("state") or {}
+            phase = str(state.get("phase") or "Pending")
+            if phase in _DONE or phase in _FAILED:
+                return phase
+            waited = self.clock() - started
+            if phase == "Pending" and waited > self.pods.schedule_timeout_s:
+                uid = ((job or {}).get("metadata") or {}).get("uid")
+                pg_name = f"{name}-{uid}" if uid else name      # Volcano >= 1.9 names it so
+                reason, _ = podgroup_summary(self.client.get_podgroup(self.pods.namespace, pg_name) or {}, pg_name)
+                raise BadInput("prep pods", name, f"not scheduled within {self.pods.schedule_timeout_s:.0f} s "
+                                                  f"({reason}); give the queue room for the gang or fewer workers")
+            if waited > self.pods.timeout_s:
+                raise FanoutFailed(f"prep Job {name} still {phase} after {self.pods.timeout_s:.0f} s")
+            self.sleep(self.pods.poll_s)
+
+    def _get(self, name: str) -> Optional[Dict[str, Any]]:
+        try:
+            return self.client.get_job(self.pods.namespace, name)
+        except TransientError as exc:       # the API server restarting: keep waiting
+            self.log(f"prep: reading Job {name}: {exc}; retrying")
+            return {"status": {"state": {"phase": "Running"}}}
+
+    def _raise_failure(self, name: str, phase: str, work: str, job_phase: str) -> None:
+        failed = self._failed_pods(name)
+        for index, code, tail in failed:
+            if code == EXIT_BAD_INPUT:
+                raise_worker_error(work, phase, index, code, tail)
+        index, code, tail = failed[0] if failed else (-1, -1, "")
+        raise_worker_error(work, phase, index, code, tail or f"the Job ended {job_phase} with no failed pod left")
+
+    def _failed_pods(self, name: str) -> List[Tuple[int, int, str]]:
+        out = []
+        for pod in self.client.list_pods(self.pods.namespace, f"{LABEL_JOB}={name}"):
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (status.get("state") or {}).get("terminated") or {}
+                if term and term.get("exitCode"):
+                    log = self.client.read_log(self.pods.namespace, pod["metadata"]["name"], tail_lines=5) or ""
+                    index = int(pod["metadata"]["name"].rsplit("-", 1)[1])     # <job>-prep-<index>
+                    out.append((index, int(term["exitCode"]), log.strip().splitlines()[-1] if log.strip() else ""))
+        return sorted(out, key=lambda f: f[1] != EXIT_BAD_INPUT)
+
+    def _delete(self, name: str) -> None:
+        if self.client.delete_job(self.pods.namespace, name):
+            deadline = self.clock() + 60
+            while self.client.get_job(self.pods.namespace, name) is not None and self.clock() < deadline:
+                self.sleep(self.pods.poll_s)
