@@ -31,6 +31,14 @@ def prepare_ctr_data(
     seed: int = 42,
     workers: int = 0,
     feature_spec: str = "",
+    fanout: int = 0,
+    pvc_name: str = "",
+    pvc_mount_path: str = "/mnt/ctr",
+    namespace: str = "",
+    image: str = "",
+    queue: str = "default",
+    cpu: str = "1",
+    memory: str = "2Gi",
 ):
     """Prepare click logs for training: stable hashing, normalisation, split.
 
@@ -53,6 +61,17 @@ def prepare_ctr_data(
             on it; each worker adds about 60 MB of memory (760 MB in all at 8).
         feature_spec: the raw data's layout as a JSON feature spec (CSV/TSV/Parquet, named
             columns, multi-valued features; docs/features.md); empty means Criteo TSV.
+        fanout: 0 preps in this step alone; N > 0 fans prep out to N workers per phase (Criteo
+            TSV; docs/scale.md): a Volcano Job of N prep pods on the claim pvc_name when it is set,
+            else N processes in this step. The output is the same for every value.
+        pvc_name: with fanout: a ReadWriteMany PVC this step mounts at pvc_mount_path and the prep
+            pods mount too; the input is read there if it is on it, else copied there.
+        pvc_mount_path: where this step and the prep pods mount pvc_name.
+        namespace: the prep pods' namespace; empty means this step's.
+        image: the prep pods' image; empty means the release's component image.
+        queue: the Volcano queue of the prep pods.
+        cpu: CPU request and limit of each prep pod.
+        memory: memory request and limit of each prep pod.
     """
     import json
     import os
@@ -68,7 +87,19 @@ def prepare_ctr_data(
                         shards=int(shards), max_bad_fraction=float(max_bad_fraction),
                         seed=int(seed), workers=int(workers))
     os.makedirs(os.path.dirname(stats.path) or ".", exist_ok=True)
-    result = prep_splits([raw_data.path], train_data.path, test_data.path, config, spec=spec)
+    if int(fanout) > 0 and pvc_name:
+        from ctr_volcano.training.volcano.prep_job import prep_step_pods
+
+        result = prep_step_pods(raw_data.path, train_data.path, test_data.path, config, int(fanout), spec=spec,
+                                pvc_name=pvc_name, pvc_mount_path=pvc_mount_path, namespace=namespace,
+                                image=image, queue=queue, cpu=cpu, memory=memory)
+    elif int(fanout) > 0:
+        from ctr_volcano.data.prep.fanout import prep_fanout_splits
+
+        result = prep_fanout_splits([raw_data.path], train_data.path, test_data.path, config,
+                                    workers=int(fanout), spec=spec)
+    else:
+        result = prep_splits([raw_data.path], train_data.path, test_data.path, config, spec=spec)
     window_file = os.path.join(raw_data.path, "window.json")   # written by resolve_data_window
     if os.path.isfile(window_file):
         with open(window_file) as fh:

@@ -77,6 +77,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         max_bad_fraction: float = 0.001,
         seed: int = 42,
         feature_spec: str = "",
+        prep_fanout: int = 0,
         backend: str = "volcano",
         pservers: int = 2,
         trainers: int = 2,
@@ -114,6 +115,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
             seed: seed of the train/test split.
             feature_spec: the raw data's layout as a JSON feature spec (docs/features.md); empty means Criteo TSV; keep it the same across runs to warm-start.
+            prep_fanout: 0 preps in one step; N > 0 fans prep out to a Volcano Job of N prep pods on pvc_name (Criteo TSV). The output is the same for every value.
             backend: "volcano" (a Volcano Job) or "local" (processes in the step's pod).
             pservers: parameter servers; must equal the champion's to warm-start from it.
             trainers: trainers in the training gang.
@@ -146,7 +148,8 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         window.set_display_name("data window")
         prep = prepare_ctr_data(
             raw_data=window.outputs["raw_data"], hash_buckets=hash_buckets, test_fraction=test_fraction,
-            shards=shards, max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec)
+            shards=shards, max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec,
+            fanout=prep_fanout, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, namespace=namespace, queue=queue)
         prep.set_display_name("prepare data")
         champion = find_champion(registry=registry, model_name=model_name)
         champion.set_display_name("find champion")
@@ -168,7 +171,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             gate_metrics=gate.outputs["metrics"], raw_data=window.outputs["raw_data"], registry=registry,
             model_name=model_name, version=dsl.PIPELINE_JOB_ID_PLACEHOLDER, promote=gate.outputs["Output"])
         register.set_display_name("register / promote")
-        for task in (window, champion, train, register):   # ignored by kfp.local
+        for task in (window, prep, champion, train, register):   # ignored by kfp.local
             kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)
         outputs = NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics),
                                          ("gate_report", Markdown), ("model", Model)])

@@ -64,6 +64,7 @@ def ctr_training_pipeline(
     max_bad_fraction: float = 0.001,
     seed: int = 42,
     feature_spec: str = "",
+    prep_fanout: int = 0,
     backend: str = "volcano",
     pservers: int = 2,
     trainers: int = 2,
@@ -96,6 +97,7 @@ def ctr_training_pipeline(
         max_bad_fraction: the prep step fails if more than this share of raw lines is malformed.
         seed: seed of the train/test split.
         feature_spec: the raw data's layout as a JSON feature spec (CSV/TSV/Parquet, named columns, multi-valued features; docs/features.md); empty means Criteo TSV.
+        prep_fanout: 0 preps in one step; N > 0 fans prep out to N workers (Criteo TSV): N processes in the prep step, or in the legacy variant a Volcano Job of N prep pods on pvc_name. The output is the same for every value.
         backend: where training runs: "volcano" (a Volcano Job of pservers and trainers) or "local" (the same gang as processes in the step's pod).
         pservers: parameter servers in the training gang.
         trainers: trainers in the training gang.
@@ -127,10 +129,14 @@ def ctr_training_pipeline(
         # name in ML Metadata, and the next task's driver then finds no task "importer"
         # ("cannot find producer task"): every run failed before prep on a real 2.14.3 backend.
         raw.set_display_name("raw data")
+    on_claim = {} if pvc_name is None else dict(pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH,
+                                                   namespace=namespace, queue=queue)
     prep = prepare_ctr_data(
         raw_data=raw.output, hash_buckets=hash_buckets, test_fraction=test_fraction, shards=shards,
-        max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec)
+        max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec, fanout=prep_fanout, **on_claim)
     prep.set_display_name("prepare data")
+    if pvc_name is not None:    # the legacy variant's claim: the prep pods' when prep_fanout > 0
+        kubernetes.mount_pvc(prep, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)
     common = dict(
         train_data=prep.outputs["train_data"], backend=backend, pservers=pservers, trainers=trainers,
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, model_family=model_family,

@@ -119,3 +119,25 @@ def test_prepare_ctr_data_with_a_feature_spec_under_kfp_local(tmp_path):
     _init(tmp_path / "run2")
     with pytest.raises(RuntimeError, match="prepare-ctr-data"):
         prep_spec_only(raw_uri=str(tmp_path / "raw"), feature_spec='{"format": "csv", "colour": 1}')
+
+
+@dsl.pipeline(name="prep-fanned-out")
+def prep_fanned_out(raw_uri: str, fanout: int) -> Out:
+    raw = dsl.importer(artifact_uri=raw_uri, artifact_class=Dataset, reimport=False)
+    task = prepare_ctr_data(raw_data=raw.output, hash_buckets=10007, shards=3, seed=3, fanout=fanout)
+    return Out(train=task.outputs["train_data"], test=task.outputs["test_data"], stats=task.outputs["stats"])
+
+
+def test_prepare_ctr_data_fanned_out_to_processes_under_kfp_local(sample_dir, tmp_path):
+    """``fanout`` without a claim: the step's N worker processes write the one-process prep's shards,
+    byte for byte (the pods' path, on a claim, is tests/cluster/test_prep_pods.py)."""
+    _init(tmp_path / "run")
+    res = prep_fanned_out(raw_uri=str(sample_dir), fanout=2)
+    direct = prep([str(sample_dir)], str(tmp_path / "direct"), PrepConfig(hash_buckets=10007, shards=3, seed=3))
+    stats = json.loads(open(res.outputs["stats"].path).read())
+    assert stats["fanout"] is True and stats["workers"] == 2 and stats["rows_in"] == direct["rows_in"]
+    for artifact, split in ((res.outputs["train"], "train"), (res.outputs["test"], "test")):
+        for ours, theirs in zip(F.shard_files(artifact.path), F.shard_files(str(tmp_path / "direct" / split)),
+                                strict=True):
+            assert open(ours, "rb").read() == open(theirs, "rb").read(), ours
+        assert F.check_split_schema(artifact.path)["rows"] == direct[f"rows_{split}"]

@@ -146,10 +146,7 @@ def _prep_fanout(args: argparse.Namespace, config, spec):
     if args.fanout < 1:
         raise BadInput("--fanout", args.fanout, "give the worker processes to fan out to (1 or more), "
                        "or leave the flag out for the one-process prep")
-    if spec is not None and not spec.is_criteo:
-        raise BadInput("--fanout", args.fanout, "the fanned-out prep reads Criteo TSV; prep a feature "
-                       "spec's data without --fanout (--workers parallelises it)")
-    return prep_fanout(args.input, args.out, config, workers=args.fanout)
+    return prep_fanout(args.input, args.out, config, workers=args.fanout, spec=spec)
 
 
 def _prep(args: argparse.Namespace) -> int:

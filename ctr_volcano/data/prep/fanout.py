@@ -38,7 +38,7 @@ from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tupl
 import numpy as np
 
 from ctr_model.atomic import write_json
-from ctr_model.feature_spec import criteo_spec
+from ctr_model.feature_spec import FeatureSpec, criteo_spec
 from ctr_model.features import LABEL, RAW_COLUMNS, SCHEMA_FILE
 from ctr_volcano.data.prep.config import STATS_FILE, PrepConfig
 from ctr_volcano.data.prep.inputs import (
@@ -55,7 +55,7 @@ from ctr_volcano.data.prep.split import StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.errors import BadInput
 
-__all__ = ["prep_fanout", "plan_units", "parse_share", "merge", "write_share", "Runner",
+__all__ = ["prep_fanout", "prep_fanout_splits", "plan_units", "parse_share", "merge", "write_share", "Runner",
            "LocalRunner", "FanoutFailed", "WORK_DIR"]
 
 logger = logging.getLogger(__name__)
@@ -230,8 +230,8 @@ def _targets(config: PrepConfig) -> List[Tuple[str, int]]:
     return [("train", s) for s in range(config.shards)] + [("test", s) for s in range(config.test_shards)]
 
 
-def _shard_path(out: str, split: str, shard: int) -> str:
-    return os.path.join(out, split, f"part-{shard:05d}.parquet")
+def _shard_path(splits: Dict[str, str], split: str, shard: int) -> str:
+    return os.path.join(splits[split], f"part-{shard:05d}.parquet")
 
 
 def write_share(work: str, index: int, count: int) -> None:
@@ -247,7 +247,7 @@ def write_share(work: str, index: int, count: int) -> None:
     if not mine:
         return
     counts = {"train": config.shards, "test": config.test_shards}
-    writers = {t: pq.ParquetWriter(_shard_path(plan["out"], *t), arrow_schema(),
+    writers = {t: pq.ParquetWriter(_shard_path(plan["splits"], *t), arrow_schema(),
                                    compression=config.compression) for t in mine}
     try:
         for place in _read(work, _MERGED)["blocks"]:
@@ -314,16 +314,30 @@ def raise_worker_error(work: str, phase: str, index: int, code: int, last_line: 
 
 
 def prep_fanout(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig] = None,
-                workers: int = 2, runner: Optional[Runner] = None) -> Dict[str, Any]:
+                workers: int = 2, runner: Optional[Runner] = None, spec: Optional[FeatureSpec] = None
+                ) -> Dict[str, Any]:
     """Prep ``inputs`` into ``out_dir/{train,test}`` and ``out_dir/stats.json`` with ``workers``
-    workers per phase; the output is the same for every ``workers``.
+    workers per phase; the output is the same for every ``workers``. See :func:`prep_fanout_splits`."""
+    out_dir = os.path.abspath(out_dir)
+    return prep_fanout_splits(inputs, os.path.join(out_dir, "train"), os.path.join(out_dir, "test"), config,
+                              workers=workers, runner=runner, spec=spec,
+                              stats_path=os.path.join(out_dir, STATS_FILE), work=os.path.join(out_dir, WORK_DIR))
+
+
+def prep_fanout_splits(inputs: Sequence[str], train_dir: str, test_dir: str, config: Optional[PrepConfig] = None,
+                       *, workers: int = 2, runner: Optional[Runner] = None, spec: Optional[FeatureSpec] = None,
+                       stats_path: Optional[str] = None, work: Optional[str] = None) -> Dict[str, Any]:
+    """Like :func:`prep_fanout`, with the two split directories, the stats file and the work
+    directory (default: ``.fanout`` beside ``train_dir``) named explicitly.
 
     Args:
         inputs: files (plain or gzip), globs or directories, as for :func:`~ctr_volcano.data.prep.prep`.
-        out_dir: the output directory; every worker must see it (and the inputs) at the same path.
+        train_dir, test_dir: the split directories; every worker must see them, the work directory
+            and the inputs at the same paths.
         config: prep's settings (``config.workers`` is not used: each worker is one process).
         workers: processes (or pods) per phase.
         runner: runs the phases; :class:`LocalRunner` by default.
+        spec: the input's layout; only Criteo TSV (``None`` or the ``criteo`` format) fans out.
 
     Raises:
         BadInput: bad settings or input, one line, before any shard is written.
@@ -332,47 +346,47 @@ def prep_fanout(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig
     config = config if config is not None else PrepConfig()
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= 1024:
         raise BadInput("workers", workers, "use an integer in [1, 1024]: the prep workers to fan out to")
+    if spec is not None and not spec.is_criteo:
+        raise BadInput("fanout", workers, "the fanned-out prep reads Criteo TSV; prep a feature spec's "
+                                          "data in one process (its workers parallelise it)")
     started = time.monotonic()
     files = resolve_inputs(inputs)
-    out_dir = os.path.abspath(out_dir)
-    work = os.path.join(out_dir, WORK_DIR)
+    splits = {"train": os.path.abspath(train_dir), "test": os.path.abspath(test_dir)}
+    work = os.path.abspath(work or os.path.join(os.path.dirname(splits["train"]), WORK_DIR))
+    runner = runner if runner is not None else LocalRunner()
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    runner = runner if runner is not None else LocalRunner()
-    _clear_splits(out_dir)
+    _clear_splits(splits, stats_path)
     if runner.shared_dirs:
-        for d in (work, os.path.join(out_dir, "train"), os.path.join(out_dir, "test")):
+        for d in (work, *splits.values()):
             os.chmod(d, 0o777)
     try:
         write_json(os.path.join(work, _PLAN), {"files": [os.path.abspath(f) for f in files],
                                                "units": plan_units(files, config.block_bytes),
-                                               "config": asdict(config), "out": out_dir})
+                                               "config": asdict(config), "splits": splits})
         runner.run("parse", work, workers)
         acc = merge(work)
-        _clear_splits(out_dir)
         runner.run("write", work, workers)
-        train = _Written(os.path.join(out_dir, "train"), config.shards, acc.rows_train)
-        test = _Written(os.path.join(out_dir, "test"), config.test_shards, acc.rows_test)
+        train = _Written(splits["train"], config.shards, acc.rows_train)
+        test = _Written(splits["test"], config.test_shards, acc.rows_test)
         return write_outputs(acc, train, test, time.monotonic() - started, config.hash_buckets,
-                             criteo_spec(config.hash_buckets).to_dict(),
-                             os.path.join(out_dir, STATS_FILE), workers=workers, fanout=True)
+                             criteo_spec(config.hash_buckets).to_dict(), stats_path, workers=workers, fanout=True)
     except BaseException:
-        _clear_splits(out_dir)
+        _clear_splits(splits, stats_path)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _clear_splits(out_dir: str) -> None:
+def _clear_splits(splits: Dict[str, str], stats_path: Optional[str]) -> None:
     """Both split directories, empty of shards and schema (stale ones would be read as data)."""
-    for split in ("train", "test"):
-        split_dir = os.path.join(out_dir, split)
+    for split_dir in splits.values():
         os.makedirs(split_dir, exist_ok=True)
         for name in os.listdir(split_dir):
             if (name.startswith("part-") and name.endswith(".parquet")) or name == SCHEMA_FILE:
                 os.remove(os.path.join(split_dir, name))
-    if os.path.exists(os.path.join(out_dir, STATS_FILE)):
-        os.remove(os.path.join(out_dir, STATS_FILE))
+    if stats_path and os.path.exists(stats_path):
+        os.remove(stats_path)
 
 
 def _read(work: str, name: str) -> Any:

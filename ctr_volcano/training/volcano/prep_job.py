@@ -18,6 +18,7 @@ ends the Job at once.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ctr_model.contract import EXIT_BAD_INPUT
+from ctr_model.feature_spec import FeatureSpec
 from ctr_model.space import copy_tree
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.fanout import FanoutFailed, prep_fanout, raise_worker_error
@@ -36,7 +38,7 @@ from ctr_volcano.training.volcano.handoff import RUNS_DIR, put_on_claim
 from ctr_volcano.training.volcano.manifest import LABEL_JOB, check_job
 from ctr_volcano.util.outputs import room_for
 
-__all__ = ["PrepPods", "build_prep_job", "VolcanoRunner", "prep_on_volcano"]
+__all__ = ["PrepPods", "build_prep_job", "VolcanoRunner", "prep_on_volcano", "prep_step_pods"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +113,25 @@ def build_prep_job(pods: PrepPods, phase: str, work: str, count: int) -> Dict[st
     return job
 
 
+def prep_step_pods(raw: str, train_out: str, test_out: str, config: PrepConfig, workers: int, *,
+                   spec: Optional[FeatureSpec], pvc_name: str, pvc_mount_path: str, namespace: str = "",
+                   image: str = "", queue: str = "default", cpu: str = "1", memory: str = "2Gi") -> Dict[str, Any]:
+    """The ``prepare_ctr_data`` step with ``fanout`` > 0 and a claim: its parameters turned into
+    :class:`PrepPods` (the Job named after the step's output, so one per run and task; the step's
+    namespace and image by default), then :func:`prep_on_volcano` through the in-cluster client."""
+    from ctr_volcano.images import component_image
+    from ctr_volcano.training.volcano.client import KubeClient, in_cluster_namespace
+
+    name = "ctr-prep-" + hashlib.sha256(os.path.abspath(train_out).encode()).hexdigest()[:10]
+    pods = PrepPods(namespace=namespace or in_cluster_namespace(), image=image or component_image(),
+                    claim_name=pvc_name, mount_path=pvc_mount_path, job_name=name, queue=queue, cpu=cpu,
+                    memory=memory)
+    return prep_on_volcano(raw, train_out, test_out, config, workers, pods, KubeClient.auto(), spec=spec)
+
+
 def prep_on_volcano(raw: str, train_out: str, test_out: str, config: PrepConfig, workers: int,
-                    pods: PrepPods, client: Any, log: Callable[[str], None] = logger.info) -> Dict[str, Any]:
+                    pods: PrepPods, client: Any, log: Callable[[str], None] = logger.info,
+                    spec: Optional[FeatureSpec] = None) -> Dict[str, Any]:
     """Prep ``raw`` with ``workers`` prep pods per phase into ``train_out`` and ``test_out``.
 
     The input is read where it is if it is on the claim, else copied to
@@ -131,7 +150,8 @@ def prep_on_volcano(raw: str, train_out: str, test_out: str, config: PrepConfig,
     if copied:
         log(f"prep: copied the input to the claim ({raw_on_claim})")
     out = os.path.join(root, "prep")
-    stats = prep_fanout([raw_on_claim], out, config, workers=workers, runner=VolcanoRunner(client, pods, log=log))
+    stats = prep_fanout([raw_on_claim], out, config, workers=workers, runner=VolcanoRunner(client, pods, log=log),
+                        spec=spec)
     for split, dst in (("train", train_out), ("test", test_out)):
         with room_for(f"{split}_data", dst):
             copy_tree(os.path.join(out, split), dst, dirs_exist_ok=True)
