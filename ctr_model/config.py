@@ -19,7 +19,7 @@ from ctr_model.models import FAMILIES, validate_model_config
 __all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
 
 OPTIMIZERS = ("adam",)
-READERS = ("inmemory", "queue", "stream")
+READERS = ("auto", "inmemory", "queue", "stream")
 
 
 class ConfigError(ValueError):
@@ -53,9 +53,11 @@ class TrainConfig:
         progress_secs: seconds between the trainer's examples/s progress lines.
         hash_buckets: id space of the categorical columns; must equal the prep output's.
         seed: seed of parameter initialisation and shuffling.
-        reader: ``inmemory`` (load the shard once, shuffle per epoch), ``queue`` (stream the converted
-            slot files) or ``stream`` (stream the Parquet shards through a pipe: no slot-text copy,
-            memory flat in rows; :mod:`ctr_model.slot_stream`).
+        reader: ``auto`` (the default: ``inmemory`` while the trainer's rows fit in half its memory
+            limit, ``stream`` beyond; :mod:`ctr_model.reader_choice`), ``inmemory`` (load the shard
+            once, shuffle per epoch), ``queue`` (stream the converted slot files) or ``stream``
+            (stream the Parquet shards through a pipe: no slot-text copy, memory flat in rows;
+            :mod:`ctr_model.slot_stream`).
         shuffle: shuffle the in-memory data before each epoch (``inmemory`` only).
         keep_checkpoints: how many epoch checkpoints to keep (the newest ones).
         checkpoint_secs: write a checkpoint after an epoch only when at least this many seconds have
@@ -77,7 +79,7 @@ class TrainConfig:
     progress_secs: float = 10.0
     hash_buckets: int = DEFAULT_HASH_BUCKETS
     seed: int = 2024
-    reader: str = "inmemory"
+    reader: str = "auto"
     shuffle: bool = True
     keep_checkpoints: int = 2
     checkpoint_secs: float = 600.0

@@ -392,6 +392,17 @@ def _train_split(spec: RoleSpec, ws: wsp.Workspace):
     return split, total, list(split.files), fetch
 
 
+def _resolve_reader(spec: RoleSpec, config: TrainConfig, rows: int) -> TrainConfig:
+    """``reader: auto`` made concrete for this trainer's share of ``rows`` (logged with the reason)."""
+    if config.reader != "auto":
+        return config
+    from ctr_model.reader_choice import choose_reader, memory_limit
+
+    reader, why = choose_reader(rows, memory_limit())
+    _log(spec, f"reader: {reader} ({why})")
+    return config.replace(reader=reader)
+
+
 def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
                 explicit_buckets: bool = True) -> int:
     import shutil
@@ -413,6 +424,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
                           f"the data in {split.path} was hashed into {split.hash_buckets} buckets; "
                           f"set hash_buckets to {split.hash_buckets}")
     check_enough_shards(split.path, n_files, spec.trainers)
+    config = _resolve_reader(spec, config, split.rows * len(mine) // max(1, n_files))
     if not s3.is_uri(spec.data_dir):
         check_test_split(spec.data_dir, split)   # trainer 0 scores it after training: fail before
     init = None
