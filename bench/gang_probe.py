@@ -26,7 +26,7 @@ _PREP_CODE = r"""
 import json, sys, time
 from ctr_volcano.data.prep import PrepConfig, prep
 start = time.monotonic()
-stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(hash_buckets=int(sys.argv[3])))
+stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(hash_buckets=int(sys.argv[3]), shards=int(sys.argv[4])))
 print(json.dumps({"seconds": time.monotonic() - start, "rows_train": stats["rows_train"],
                   "rows_test": stats["rows_test"]}))
 """
@@ -108,10 +108,11 @@ def make_raw(workdir: str, rows: int, seed: int = 1, vocab_scale: int = 1) -> st
     return path
 
 
-def prep_child(raw: str, out_dir: str, hash_buckets: int) -> Dict[str, Any]:
-    """Prep ``raw`` in a fresh interpreter; MB/s of its own work and the child's peak RSS."""
+def prep_child(raw: str, out_dir: str, hash_buckets: int, shards: int = 8) -> Dict[str, Any]:
+    """Prep ``raw`` into ``shards`` train shards in a fresh interpreter; MB/s of its own work and the
+    child's peak RSS."""
     shutil.rmtree(out_dir, ignore_errors=True)
-    r = run_child([sys.executable, "-c", _PREP_CODE, raw, out_dir, str(hash_buckets)])
+    r = run_child([sys.executable, "-c", _PREP_CODE, raw, out_dir, str(hash_buckets), str(shards)])
     info = json.loads(r["stdout"].strip().splitlines()[-1])
     info["mb_per_s"] = os.path.getsize(raw) / 1e6 / info["seconds"]
     info["peak_rss_mb"] = r["peak_rss_mb"]

@@ -71,7 +71,7 @@ COLUMNS = [
     ("eval_rows_s", "eval rows/s", "rate"),
 ]
 #: Columns shown when a point has them (points measured before they existed show "-").
-EXTRA = [("reader", "reader"), ("gen_s", "gen-data s"), ("prep_s", "prep s"), ("eval_s", "eval s"),
+EXTRA = [("reader", "reader"), ("shards", "train shards"), ("pipe_rss_mb", "pipe peak RSS MB"), ("gen_s", "gen-data s"), ("prep_s", "prep s"), ("eval_s", "eval s"),
          ("parquet_mb", "Parquet MB"), ("train_disk_mb", "train disk peak MB"), ("disk_ratio", "disk / Parquet")]
 
 
@@ -103,7 +103,7 @@ class DiskPeak:
 
 
 def measure(rows: int, buckets: int, epochs: int, workdir: str,
-            vocab_scale: int = 1, reader: str = "inmemory") -> Dict[str, Any]:
+            vocab_scale: int = 1, reader: str = "inmemory", shard_rows: int = 0) -> Dict[str, Any]:
     """All figures of one point (see the module docstring)."""
     from ctr_model.data import resolve_split
     from ctr_model.infer import evaluate_files, load_model
@@ -115,7 +115,8 @@ def measure(rows: int, buckets: int, epochs: int, workdir: str,
     shutil.rmtree(point_dir, ignore_errors=True)
     os.makedirs(point_dir)
     data = os.path.join(point_dir, "data")
-    prep = prep_child(raw, data, buckets)
+    shards = shard_count(rows, shard_rows)
+    prep = prep_child(raw, data, buckets, shards)
     parquet_mb = dir_mb(data)
     with DiskPeak(point_dir) as disk:
         run = run_probed_gang(data, point_dir, {"epochs": epochs, "progress_secs": 30.0, "reader": reader})
@@ -125,8 +126,10 @@ def measure(rows: int, buckets: int, epochs: int, workdir: str,
     scorer = load_model(run["model_dir"])
     result = evaluate_files(scorer, list(test.files))
     eval_s = time.monotonic() - t
-    rss = {role: max((p["peak_rss_mb"] for p in run["probes"] if p["role"] == role), default=0.0)
-           for role in ("PSERVER", "TRAINER")}
+    # the stream reader's pipes inherit the trainer's role variables: the program tells them apart
+    pipes = [p for p in run["probes"] if p.get("program") == "slot_stream.py"]
+    rss = {role: max((p["peak_rss_mb"] for p in run["probes"] if p["role"] == role and p not in pipes),
+                     default=0.0) for role in ("PSERVER", "TRAINER")}
     point = {
         "rows": rows, "buckets": buckets, "epochs": epochs, "vocab_scale": vocab_scale,
         "raw_mb": os.path.getsize(raw) / 1e6,
@@ -137,13 +140,23 @@ def measure(rows: int, buckets: int, epochs: int, workdir: str,
         "model_mb": dir_mb(run["model_dir"]), "sparse_keys": int(len(scorer.keys)),
         "eval_rows_s": result["rows"] / eval_s, "test_auc": result["auc"],
         "loadavg_1m": os.getloadavg()[0],
-        "reader": reader, "gen_s": gen_s, "prep_s": prep["seconds"], "eval_s": eval_s,
+        "reader": reader, "shards": shards, "pipe_rss_mb": max((p["peak_rss_mb"] for p in pipes), default=0.0),
+        "gen_s": gen_s, "prep_s": prep["seconds"], "eval_s": eval_s,
         "parquet_mb": parquet_mb, "train_disk_mb": disk.peak / 1e6,
         "disk_ratio": (parquet_mb + disk.peak / 1e6) / parquet_mb,
         "command": "python " + " ".join(["bench/scale.py"] + sys.argv[1:]),
     }
     shutil.rmtree(point_dir, ignore_errors=True)
     return point
+
+
+def shard_count(rows: int, shard_rows: int) -> int:
+    """Train shards for ``rows`` lines: prep's default 8, or with ``shard_rows`` enough multiples of 8
+    that a shard holds at most about that many lines (so a stream reader's pipe, which holds one
+    shard, stays the same size as the rows grow)."""
+    if shard_rows <= 0:
+        return 8
+    return 8 * max(1, math.ceil(rows / (8 * shard_rows)))
 
 
 def _gen_seconds(raw: str, took: float) -> float:
@@ -266,6 +279,9 @@ def main(argv=None) -> int:
                                    "standard points (e.g. 4000000,45000000)")
     ap.add_argument("--reader", choices=("inmemory", "stream"), default="inmemory",
                     help="the trainers' reader (default inmemory)")
+    ap.add_argument("--shard-rows", type=int, default=0, metavar="N",
+                    help="train shards of at most about N lines each, in multiples of 8 (default 0: "
+                         "prep's 8 shards whatever the rows)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the points of scale.json in --out that this run does not measure again")
     ap.add_argument("--vocab-scale", type=int, default=100, metavar="K",
@@ -285,7 +301,7 @@ def main(argv=None) -> int:
     points = _kept(os.path.join(out, "scale.json"), wanted, args.reader) if args.merge else []
     for rows, buckets in wanted:
         print(f"point: {rows} lines, {buckets} buckets, {args.reader} reader ...", flush=True)
-        p = measure(rows, buckets, args.epochs, args.workdir, args.vocab_scale, args.reader)
+        p = measure(rows, buckets, args.epochs, args.workdir, args.vocab_scale, args.reader, args.shard_rows)
         points.append(p)
         print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in p.items()), flush=True)

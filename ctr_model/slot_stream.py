@@ -79,10 +79,12 @@ def _stream(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec else None
     data = sys.stdin.buffer.read()
     where = f"a streamed shard ({len(data)} bytes)"
+    shard_key = zlib.crc32(data[-4096:])
     table = pq.read_table(pa.BufferReader(data))
+    del data    # the shard's bytes, no longer needed once decoded (the pipe holds one shard)
     table = table.select(slot_columns(where, table.schema.names, spec))
     if args.shuffle and table.num_rows > 1:
-        rng = np.random.default_rng([args.seed, args.epoch, zlib.crc32(data[-4096:])])
+        rng = np.random.default_rng([args.seed, args.epoch, shard_key])
         table = table.take(pa.array(rng.permutation(table.num_rows)))
     out = sys.stdout.buffer
     write_slots(out, slot_tables(table.to_batches(max_chunksize=65_536), where, args.hash_buckets, spec))
