@@ -7,8 +7,8 @@ about :data:`INMEMORY_BYTES_PER_ROW` each on top of the trainer's own ~600 MB (m
 the data until the pod is killed; the stream reader's stays flat in rows (a trainer's RSS is flat
 through the epochs; only trainer 0's export grows, with the sparse keys, not the rows). Speed does
 not argue for streaming small data: at 60k lines the stream reader ran at 0.45x the in-memory rate
-(it starts a pipe per shard in every epoch), at 1M lines the two ran at about the same rate
-(``bench/reader.py``, docs/performance.md). So a trainer takes ``inmemory`` until its share of rows
+(it starts a pipe per shard in every epoch), at 1M lines the two ran at about the same rate, at
+4M lines at 0.89x (it parses the slot text in every epoch; ``bench/reader.py``, docs/performance.md). So a trainer takes ``inmemory`` until its share of rows
 would fill :data:`MEMORY_SHARE` of its memory limit, and ``stream`` above.
 """
 from __future__ import annotations
