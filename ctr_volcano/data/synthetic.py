@@ -22,11 +22,14 @@ The planted model (generator version 1):
 * Noise slots with zero weight: ``I9``, ``I13``, ``C3``, ``C16``, ``C21``.
 * ``interactions`` K (default 0: the linear model above, unchanged) adds K pairwise interactions
   between categorical columns, so a model that learns interactions (DeepFM, DCN-v2) has something a
-  sum of per-feature effects cannot fit. Each picks two distinct non-noise columns and adds
-  ``u_a . v_b`` (rank 4, unit variance before the normalisation below) when both values are among
-  their column's 40 most frequent (0 otherwise): a low-rank bilinear effect of the two values, the
-  shape embedding products represent. They come from their own random stream, so K=0 draws exactly
-  the linear model's numbers.
+  sum of per-feature effects cannot fit. The shape is a factorization machine's: every interacting
+  column has one latent vector (rank 4) per head value (its 40 most frequent; 0 for any other value),
+  and a pair of columns adds the inner product of its two values' vectors. The pairs fill cliques
+  over a random order of the non-noise columns ((c1, c2), (c1, c3), (c2, c3), (c1, c4), ...), so
+  K = 6 is every pair of 4 columns, K = 10 of 5. One latent vector per column, shared by all its
+  pairs, is what embedding products can represent (an earlier version drew a separate pair of
+  tables per interaction, which one embedding per id can only approximate). They come from their
+  own random stream, so K=0 draws exactly the linear model's numbers.
 * The total log-odds spread is normalised per seed (oracle AUC about 0.78) and the intercept set for
   a click rate of about 25%.
 
@@ -54,7 +57,7 @@ from ctr_volcano.errors import BadInput
 
 __all__ = ["generate", "PlantedModel", "planted_model", "auc_score", "logloss_score", "FREQUENT_VALUES",
            "ORACLE_FILE", "GENERATOR_VERSION", "CHUNK_ROWS", "MAX_VOCAB_SCALE", "Interaction",
-           "MAX_INTERACTIONS"]
+           "MAX_INTERACTIONS", "planted_p", "ranks_of_ids"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ _POSITIVE_RATE = 0.25
 MAX_INTERACTIONS = 100
 _INTERACTION_RANK = 4
 #: Scale of one interaction's term relative to a head value's own weight (about N(0, 1)).
-_INTERACTION_WEIGHT = 1.5
+_INTERACTION_WEIGHT = 0.45
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,11 @@ class PlantedModel:
         """The planted log-odds before the intercept and scale (the daily drift compares models on it)."""
         t = np.where(dense_missing, 0.0,
                      dense_transform(dense_raw.ravel()).reshape(dense_raw.shape).astype(np.float64))
+        return self.transformed_logit(t, ranks)
+
+    def transformed_logit(self, t: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """:meth:`raw_logit` of dense values already transformed as prep does (``t``: (n, 13),
+        empty -> 0), so the planted model can score prepped rows."""
         out = ((t - self.dense_mean) / self.dense_std) @ self.dense_weight
         for c in range(NUM_SPARSE):
             r = ranks[:, c]
@@ -197,21 +205,28 @@ def _check_vocab_scale(vocab_scale: Any) -> None:
 def _check_interactions(interactions: Any) -> None:
     if not is_int(interactions, 0) or interactions > MAX_INTERACTIONS:
         raise BadInput("interactions", interactions,
-                       f"use an integer in 0..{MAX_INTERACTIONS} (0: the linear planted model; e.g. 8 "
+                       f"use an integer in 0..{MAX_INTERACTIONS} (0: the linear planted model; e.g. 6 "
                        f"for data on which models that learn feature interactions can win)")
 
 
+def _clique_pairs(columns: List[int], k: int) -> List[Tuple[int, int]]:
+    """The first ``k`` pairs of ``columns`` taken clique by clique: (0,1), (0,2), (1,2), (0,3), ..."""
+    pairs = [(columns[i], columns[j]) for j in range(1, len(columns)) for i in range(j)]
+    return pairs[:k]
+
+
 def _draw_interactions(seed: int, k: int) -> Tuple[Interaction, ...]:
-    """K distinct pairs of non-noise columns and their weights, from their own random stream."""
+    """K pairs of non-noise columns and each interacting column's latent vectors, from their own
+    random stream (the module docstring says why the vectors are per column, not per pair)."""
+    if not k:
+        return ()
     rng = np.random.default_rng([int(seed), 0x1A7E])
-    columns = [c for c in range(NUM_SPARSE) if (c + 1) not in _SPARSE_NOISE]
-    pairs = [(a, b) for i, a in enumerate(columns) for b in columns[i + 1:]]
-    chosen = rng.choice(len(pairs), size=k, replace=False) if k else np.zeros(0, dtype=np.int64)
+    columns = [int(c) for c in rng.permutation([c for c in range(NUM_SPARSE) if (c + 1) not in _SPARSE_NOISE])]
+    pairs = _clique_pairs(columns, k)
     std = _INTERACTION_WEIGHT ** 0.5 * _INTERACTION_RANK ** -0.25
-    return tuple(Interaction(a=pairs[i][0], b=pairs[i][1],
-                             u=rng.normal(0.0, std, (FREQUENT_VALUES, _INTERACTION_RANK)),
-                             v=rng.normal(0.0, std, (FREQUENT_VALUES, _INTERACTION_RANK)))
-                 for i in chosen)
+    latent = {c: rng.normal(0.0, std, (FREQUENT_VALUES, _INTERACTION_RANK))
+              for c in columns if any(c in pair for pair in pairs)}
+    return tuple(Interaction(a=a, b=b, u=latent[a], v=latent[b]) for a, b in pairs)
 
 
 def planted_model(seed: int, vocab_scale: int = 1, interactions: int = 0) -> PlantedModel:
@@ -270,6 +285,31 @@ def _build_planted_model(seed: int, vocab_scale: int, interactions: int = 0) -> 
         lo, hi = (mid, hi) if rate < _POSITIVE_RATE else (lo, mid)
     intercept = (lo + hi) / 2 - scale * float(raw_uncentered.mean())
     return PlantedModel(**{**model.__dict__, "scale": scale, "intercept": intercept})
+
+
+def ranks_of_ids(model: PlantedModel, ids: np.ndarray, hash_buckets: int) -> np.ndarray:
+    """The planted ranks (-1 = empty or unknown) of prepped categorical ids (``ids``: (n, 26)),
+    by hashing every vocabulary value as prep does: the inverse of prep's hash on this model. Two
+    values of a column that hash to one id (a few per column at 1M buckets) are one id to a model
+    too; such an id maps to the more frequent of them."""
+    from ctr_model.features import hash_categorical
+
+    ranks = np.full(ids.shape, -1, dtype=np.int64)
+    for c in range(NUM_SPARSE):
+        keys = hash_categorical(model.vocab[c], c + 1, hash_buckets)
+        order = np.argsort(keys, kind="stable")
+        pos = np.minimum(np.searchsorted(keys[order], ids[:, c]), len(keys) - 1)
+        found = keys[order][pos] == ids[:, c]
+        ranks[found, c] = order[pos[found]]
+    return ranks
+
+
+def planted_p(model: PlantedModel, dense_t: np.ndarray, ids: np.ndarray, hash_buckets: int) -> np.ndarray:
+    """The planted click probability of prepped rows (dense as prep wrote them, hashed ids): the
+    oracle on the very rows a model is tested on, with no second sample's noise."""
+    logit = model.intercept + model.scale * model.transformed_logit(
+        dense_t.astype(np.float64), ranks_of_ids(model, ids, hash_buckets))
+    return 1.0 / (1.0 + np.exp(-logit))
 
 
 #: The shared implementations (``ctr_model.metrics``), under the names this module always exported.
