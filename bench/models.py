@@ -1,14 +1,18 @@
 """Every model family on the same planted data, with pairwise interactions and without: how close each
 gets to the oracle, how fast it trains, how big its model is.
 
-Two datasets from ``gen-data`` (same seed and rows): ``--interactions K`` (default 8) planted pairwise
+Two datasets from ``gen-data`` (same seed and rows): ``--interactions K`` (default 6: every pair of 4
+columns, a factorization machine's shape; docs/data.md) planted pairwise
 interactions between categorical columns, and the linear planted model (K = 0). Each is prepped once;
 then every family (``dnn``, ``wide_deep``, ``deepfm``, ``dcn_v2``) trains on it with the product's own
 gang (``train_local``, 2 pservers x 2 trainers by default, the same epochs and the shared
-``embedding_dim``/``fc_sizes``/learning rate), and the gang's own test-split evaluation (the exported
-numpy scorer) gives AUC and log loss. The oracle is the planted model's own AUC / log loss, from its
-``oracle.json`` (a fresh sample of ``--oracle-rows`` rows; its standard error on the AUC is ~0.001 at
-200k). Gaps are ``oracle AUC - model AUC``; the DNN run on the same data is the baseline.
+``embedding_dim``/``fc_sizes`` and ``--learning-rate``, TrainConfig's 0.001 by default; each family its
+default ``model_config``), and the gang's own test-split evaluation (the exported
+numpy scorer) gives AUC and log loss. The oracle is the planted model scoring the very test split the
+families are scored on (``synthetic.planted_p``: prep's ids mapped back to planted values), so a gap
+carries no second sample's noise (``oracle.json``'s fresh sample differs from a 100k-row split by
+about 0.002 AUC either way; it is kept in ``models.json`` as ``sample_oracle``). Gaps are
+``oracle AUC - model AUC``; the DNN run on the same data is the baseline.
 
 The issue's goals, checked and reported (never asserted: this is a measurement): on the interaction
 data every family within 0.02 AUC of the oracle, DeepFM's and DCN-v2's gaps at most 0.7x the DNN's;
@@ -19,7 +23,7 @@ Writes ``models.json`` and ``models.md`` (the table) into ``--workdir``. Last li
 linear_gap_wide_deep=... linear_gap_deepfm=... linear_gap_dcn_v2=... rows=N goals=met|missed:NAMES``.
 
 Usage: ``flock /tmp/ctr-heavy.lock python bench/models.py [--rows 1000000] [--epochs 3]
-[--interactions 8] [--workdir /tmp/ctr_models]`` (with the repository on ``PYTHONPATH``).
+[--interactions 6] [--learning-rate 0.001] [--workdir /tmp/ctr_models]`` (with the repository on ``PYTHONPATH``).
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ from typing import Any, Dict, List
 
 from gang_probe import dir_mb, prep_child, run_probed_gang, throughput
 
+from ctr_model.config import TrainConfig
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ("dnn", "wide_deep", "deepfm", "dcn_v2")
 HASH_BUCKETS = 1_000_001
@@ -40,7 +46,8 @@ logger = logging.getLogger("bench.models")
 
 
 def make_data(workdir: str, rows: int, interactions: int, seed: int, oracle_rows: int) -> Dict[str, Any]:
-    """Generate (cached by its arguments) and prep one dataset; returns its prep dir and oracle."""
+    """Generate (cached by its arguments) and prep one dataset; returns its prep dir, the planted
+    model's figures on its test split (``oracle``) and on ``oracle.json``'s sample."""
     name = f"rows{rows}-k{interactions}-seed{seed}"
     raw_dir, prep_dir = os.path.join(workdir, "raw-" + name), os.path.join(workdir, "prep-" + name)
     oracle_path = os.path.join(raw_dir, "oracle.json")
@@ -51,7 +58,26 @@ def make_data(workdir: str, rows: int, interactions: int, seed: int, oracle_rows
     if not os.path.exists(os.path.join(prep_dir, "stats.json")):
         prep_child(os.path.join(raw_dir, "part-00000.tsv"), prep_dir, HASH_BUCKETS)
     with open(oracle_path) as fh:
-        return {"prep": prep_dir, "oracle": json.load(fh)}
+        sample = json.load(fh)
+    return {"prep": prep_dir, "oracle": split_oracle(prep_dir, seed, interactions), "sample_oracle": sample}
+
+
+def split_oracle(prep_dir: str, seed: int, interactions: int) -> Dict[str, float]:
+    """The planted model's AUC and log loss on the prepped test split."""
+    import glob
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS
+    from ctr_volcano.data import synthetic
+
+    table = pq.read_table(sorted(glob.glob(os.path.join(prep_dir, "test", "*.parquet"))))
+    dense = np.stack([table.column(c).to_numpy() for c in DENSE_COLUMNS], axis=1)
+    ids = np.stack([table.column(c).to_numpy() for c in SPARSE_COLUMNS], axis=1)
+    label = table.column("label").to_numpy()
+    p = synthetic.planted_p(synthetic.planted_model(seed, interactions=interactions), dense, ids, HASH_BUCKETS)
+    return {"auc": synthetic.auc_score(label, p), "logloss": synthetic.logloss_score(label, p), "rows": len(label)}
 
 
 def model_mb(model_dir: str) -> float:
@@ -62,7 +88,8 @@ def model_mb(model_dir: str) -> float:
 
 def train_family(data: Dict[str, Any], family: str, args: argparse.Namespace) -> Dict[str, Any]:
     """One family on one dataset: the gang's test AUC / log loss, gaps, training ex/s, model MB."""
-    config = {"epochs": args.epochs, "model": family, "checkpoint_secs": 600.0}
+    config = {"epochs": args.epochs, "model": family, "checkpoint_secs": 600.0,
+              "learning_rate": args.learning_rate}
     run = run_probed_gang(data["prep"], os.path.join(args.workdir, "gang"), config,
                           pservers=args.pservers, trainers=args.trainers)
     test = run["metrics"]["test"]
@@ -98,7 +125,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000, help="generated lines per dataset (default 1M)")
     ap.add_argument("--epochs", type=int, default=3, help="training epochs, every family (default 3)")
-    ap.add_argument("--interactions", type=int, default=8, help="planted pairwise interactions (default 8)")
+    ap.add_argument("--interactions", type=int, default=6, help="planted pairwise interactions (default 6)")
+    ap.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate,
+                    help=f"every family's (default TrainConfig's, {TrainConfig.learning_rate})")
     ap.add_argument("--seed", type=int, default=7, help="gen-data seed (default 7)")
     ap.add_argument("--oracle-rows", type=int, default=200_000, help="oracle sample (default 200000)")
     ap.add_argument("--pservers", type=int, default=2)
@@ -112,26 +141,29 @@ def main(argv=None) -> int:
     datasets = {"interactions": args.interactions, "linear": 0}
     results: Dict[str, Dict[str, Dict[str, Any]]] = {}
     oracles: Dict[str, Any] = {}
+    sample_oracles: Dict[str, Any] = {}
     for label, k in datasets.items():
         data = make_data(args.workdir, args.rows, k, args.seed, args.oracle_rows)
         oracles[label] = data["oracle"]
+        sample_oracles[label] = data["sample_oracle"]
         results[label] = {}
         for family in families:
             results[label][family] = r = train_family(data, family, args)
             logger.info("%s %s: AUC %.4f (gap %.4f) log loss %.4f, %.0f ex/s, %.1f MB", label, family,
                         r["auc"], r["auc_gap"], r["logloss"], r["train_ex_per_s"], r["model_mb"])
     header = (f"# Model families: {args.rows:,} rows per dataset, {args.pservers}x{args.trainers}, "
-              f"{args.epochs} epochs, gen-data seed {args.seed}, interactions {args.interactions}")
+              f"{args.epochs} epochs, learning rate {args.learning_rate}, gen-data seed {args.seed}, "
+              f"interactions {args.interactions}")
     text = table(results, oracles, header)
     with open(os.path.join(args.workdir, "models.md"), "w") as fh:
         fh.write(text)
     with open(os.path.join(args.workdir, "models.json"), "w") as fh:
-        json.dump({"args": vars(args), "oracles": oracles, "results": results}, fh, indent=1, sort_keys=True)
+        json.dump({"args": vars(args), "oracles": oracles, "sample_oracle": sample_oracles, "results": results}, fh, indent=1, sort_keys=True)
     print(text)
     missed = goals(results["interactions"], results["linear"]) if set(families) == set(FAMILIES) else ["not_all_families"]
     gaps = [f"auc_gap_{f}={results['interactions'][f]['auc_gap']:.4f}" for f in families]
     gaps += [f"linear_gap_{f}={results['linear'][f]['auc_gap']:.4f}" for f in families]
-    print(f"RESULT {' '.join(gaps)} rows={args.rows} goals={'met' if not missed else 'missed:' + ','.join(missed)}")
+    print(f"RESULT {' '.join(gaps)} rows={args.rows} learning_rate={args.learning_rate} goals={'met' if not missed else 'missed:' + ','.join(missed)}")
     return 0
 
 
