@@ -77,11 +77,11 @@ def test_numpy_scorer_is_the_paddle_program(model, model_config):
 
 def test_model_config_is_validated_once_naming_the_key_and_the_fix():
     assert TrainConfig().model == "dnn" and TrainConfig().model_config == {}
-    assert TrainConfig(model="dcn_v2").model_config == {"cross_layers": 3, "low_rank": 0}
+    assert TrainConfig(model="dcn_v2").model_config == {"cross_layers": 1, "low_rank": 32}
     cases = [({"model": "xdeepfm"}, "TrainConfig.model='xdeepfm': use one of dnn, wide_deep, deepfm, dcn_v2"),
              ({"model": "dcn_v2", "model_config": {"cross_layer": 2}},
               "TrainConfig.model_config.cross_layer=2: not a key of model 'dcn_v2'; its keys are: "
-              "cross_layers (default 3), low_rank (default 0)"),
+              "cross_layers (default 1), low_rank (default 32)"),
              ({"model": "dcn_v2", "model_config": {"cross_layers": 0}},
               "TrainConfig.model_config.cross_layers=0: use an integer in 1..16"),
              ({"model": "deepfm", "model_config": "x"}, "TrainConfig.model_config='x': pass a JSON object")]
@@ -104,7 +104,7 @@ def test_warm_start_from_another_family_or_shape_is_refused_in_one_line():
     dcn = TrainConfig(model="dcn_v2").to_dict()
     init = WarmStart(model_dir="/m", checkpoint="/m/warm_start", pservers=1,
                      meta={"schema_version": 1, "hash_buckets": dcn["hash_buckets"], "config": dcn})
-    with pytest.raises(WarmStartError, match="its model_config is .*'cross_layers': 3.* but this run's "
+    with pytest.raises(WarmStartError, match="its model_config is .*'cross_layers': 1.* but this run's "
                                              "is .*'cross_layers': 2"):
         check_compatible(init, TrainConfig(model="dcn_v2", model_config={"cross_layers": 2}).to_dict(), 1, 1)
     legacy = {k: v for k, v in TrainConfig().to_dict().items() if k not in ("model", "model_config")}
@@ -168,12 +168,12 @@ def test_cli_trains_the_family_it_is_given(planted, tmp_path, capsys):
     config.write_text(json.dumps(SMALL))
     rc = main(["train", "--data", data, "--model-out", str(tmp_path / "m"), "--pservers", "1",
                "--trainers", "1", "--epochs", "1", "--config", str(config), "--model", "dcn_v2",
-               "--model-config", '{"cross_layers": 1}', "--workdir", str(tmp_path / "w")])
+               "--model-config", '{"cross_layers": 2, "low_rank": 0}', "--workdir", str(tmp_path / "w")])
     assert rc == 0, capsys.readouterr().err[-2000:]
     meta = json.loads((tmp_path / "m" / "model_meta.json").read_text())
     assert meta["config"]["model"] == "dcn_v2"
-    assert meta["config"]["model_config"] == {"cross_layers": 1, "low_rank": 0}
-    assert sorted(np.load(tmp_path / "m" / "dense.npz").files)[:2] == ["cross0.b", "cross0.w"]
+    assert meta["config"]["model_config"] == {"cross_layers": 2, "low_rank": 0}
+    assert sorted(np.load(tmp_path / "m" / "dense.npz").files)[:4] == ["cross0.b", "cross0.w", "cross1.b", "cross1.w"]
 
 
 @pytest.mark.slow
