@@ -51,7 +51,15 @@ import numpy as np
 from ctr_model import metrics as _metrics
 from ctr_model.atomic import write_json
 from ctr_model.checks import is_int
-from ctr_model.features import DENSE_COLUMNS, NUM_DENSE, NUM_SPARSE, RAW_COLUMNS, SPARSE_COLUMNS, dense_transform
+from ctr_model.features import (
+    DENSE_COLUMNS,
+    NUM_DENSE,
+    NUM_SPARSE,
+    RAW_COLUMNS,
+    SPARSE_COLUMNS,
+    dense_transform,
+    hash_categorical,
+)
 from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 
@@ -292,8 +300,6 @@ def ranks_of_ids(model: PlantedModel, ids: np.ndarray, hash_buckets: int) -> np.
     by hashing every vocabulary value as prep does: the inverse of prep's hash on this model. Two
     values of a column that hash to one id (a few per column at 1M buckets) are one id to a model
     too; such an id maps to the more frequent of them."""
-    from ctr_model.features import hash_categorical
-
     ranks = np.full(ids.shape, -1, dtype=np.int64)
     for c in range(NUM_SPARSE):
         keys = hash_categorical(model.vocab[c], c + 1, hash_buckets)
