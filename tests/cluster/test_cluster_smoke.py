@@ -75,3 +75,30 @@ def test_cli_reports_the_cached_build(minicluster_bin):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == str(minicluster_bin)
     assert "skipping build" in out.stderr
+
+
+def test_a_pod_watch_resumed_from_its_last_version_sees_a_deletion_in_between(cluster, sandbox):
+    """The launcher's pod watch ends every 30 s; a pod deleted before the next one starts (a lost
+    node's pods, deleted by the pod GC) is replayed when the next watch resumes from the last
+    version seen, and missed by a watch that starts from now (the cause of an unexplained restart
+    in the lost-node scenario)."""
+    from kubernetes import client
+
+    from ctr_volcano.training.volcano.client import KubeClient
+
+    core = client.CoreV1Api(sandbox.api())
+    labels = {"volcano.sh/job-name": "resume"}
+    core.create_namespaced_pod(sandbox.namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "resume-trainer-0", "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "none"}], "nodeSelector": {"no": "such-node"}}})
+    kube = KubeClient(sandbox.api())
+    selector = "volcano.sh/job-name=resume"
+    seen = list(kube.watch_pods(sandbox.namespace, selector, timeout_s=1))
+    assert {p["metadata"]["name"] for p in seen} == {"resume-trainer-0"}
+    last = seen[-1]["metadata"]["resourceVersion"]
+    core.delete_namespaced_pod("resume-trainer-0", sandbox.namespace, grace_period_seconds=0)
+    wait_for("the pod gone", lambda: not core.list_namespaced_pod(
+        sandbox.namespace, label_selector=selector).items, cluster=cluster)
+    assert list(kube.watch_pods(sandbox.namespace, selector, timeout_s=1)) == []
+    resumed = list(kube.watch_pods(sandbox.namespace, selector, timeout_s=1, resource_version=last))
+    assert {p["metadata"]["name"] for p in resumed} == {"resume-trainer-0"}

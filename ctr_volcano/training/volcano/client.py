@@ -177,16 +177,21 @@ class KubeClient:
                          self._core.list_namespaced_pod, namespace, label_selector=label_selector)
         return self._dict(res).get("items") or []
 
-    def watch_pods(self, namespace: str, label_selector: str, timeout_s: int = 60) -> Iterator[Dict[str, Any]]:
+    def watch_pods(self, namespace: str, label_selector: str, timeout_s: int = 60,
+                   resource_version: Optional[str] = None) -> Iterator[Dict[str, Any]]:
         """Every pod update matching ``label_selector`` for up to ``timeout_s`` seconds (API-shaped
         dicts). A poll can miss a state that lasts less than its period (a pod Failed and deleted by
-        Volcano within a second); a watch sees each one."""
+        Volcano within a second); a watch sees each one. ``resource_version`` (the last pod's
+        ``metadata.resourceVersion``) resumes where an earlier watch ended, so what changed between
+        the two is replayed, not lost; the API server answers 410 when that point is too old."""
         from kubernetes import watch
 
+        since = {"resource_version": resource_version} if resource_version else {}
         w = watch.Watch()
         try:
             for event in w.stream(self._core.list_namespaced_pod, namespace, label_selector=label_selector,
-                                  timeout_seconds=int(timeout_s), _request_timeout=int(timeout_s) + 10):
+                                  timeout_seconds=int(timeout_s), _request_timeout=int(timeout_s) + 10,
+                                  **since):
                 if isinstance(event.get("object"), dict):   # an ERROR event carries a Status dict
                     continue
                 yield self._dict(event["object"])

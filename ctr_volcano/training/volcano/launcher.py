@@ -228,16 +228,22 @@ class VolcanoLauncher:
             done.set()
 
     def _watch_pods(self, done: threading.Event) -> None:
+        """Each watch ends after 30 s; the next resumes from the last pod version seen, so a pod
+        deleted in between (a lost node's pods, deleted by the pod GC) is still seen. A first
+        watch, or one after an error (410: the version is too old), starts from now."""
+        since: Optional[str] = None
         while not done.is_set():
             try:
                 for pod in self.client.watch_pods(self.namespace, f"volcano.sh/job-name={self.name}",
-                                                  timeout_s=30):
+                                                  timeout_s=30, resource_version=since):
                     if done.is_set():
                         return
+                    since = (pod.get("metadata") or {}).get("resourceVersion") or since
                     if self._watched_phase not in ("", "Completing", "Completed"):
                         self._capture_failures([pod], self._watched_retry)
                 done.wait(0.5)
             except Exception:
+                since = None
                 done.wait(1.0)
 
     def _poll(self) -> Dict[str, Any]:
