@@ -511,3 +511,29 @@ def test_bad_input_exit_fails_in_one_line_naming_the_path_without_restarts(fake,
     assert str(err).splitlines() == [f"training job 'ctr-t' Terminated: pod ctr-t-pserver-0 exited 2: {line} "
                                      "(role pserver, exit code 2)"]
     assert err.details["retry_count"] == 0 and line in err.details["failed_pods"][0]["log_tail"]
+
+
+def test_the_pod_watch_resumes_across_a_lost_connection_and_restarts_after_a_refusal(spec):
+    """The resume point survives a dropped connection (the API server restarting); a server
+    answer such as 410 Gone (the point is too old) makes the next watch start from now."""
+    import threading
+
+    from kubernetes.client.exceptions import ApiException
+
+    calls = []
+    done = threading.Event()
+
+    class Client:
+        def watch_pods(self, namespace, selector, timeout_s, resource_version=None):
+            calls.append(resource_version)
+            if len(calls) == 1:
+                yield {"metadata": {"name": f"{JOB}-trainer-0", "resourceVersion": "7"}}
+                raise ConnectionResetError("the API server went away")
+            if len(calls) == 2:
+                raise ApiException(status=410, reason="Gone")
+            done.set()
+            return
+            yield
+
+    launcher(Client(), spec, [])._watch_pods(done)
+    assert calls == [None, "7", None]

@@ -229,8 +229,9 @@ class VolcanoLauncher:
 
     def _watch_pods(self, done: threading.Event) -> None:
         """Each watch ends after 30 s; the next resumes from the last pod version seen, so a pod
-        deleted in between (a lost node's pods, deleted by the pod GC) is still seen. A first
-        watch, or one after an error (410: the version is too old), starts from now."""
+        deleted in between (a lost node's pods, deleted by the pod GC) is still seen, also across a
+        connection lost while the API server restarts. A first watch, or one after the server
+        refused it (410: the version is too old), starts from now."""
         since: Optional[str] = None
         while not done.is_set():
             try:
@@ -242,8 +243,9 @@ class VolcanoLauncher:
                     if self._watched_phase not in ("", "Completing", "Completed"):
                         self._capture_failures([pod], self._watched_retry)
                 done.wait(0.5)
-            except Exception:
-                since = None
+            except Exception as exc:
+                if getattr(exc, "status", None) is not None:   # the server answered: not resumable
+                    since = None
                 done.wait(1.0)
 
     def _poll(self) -> Dict[str, Any]:
