@@ -44,7 +44,8 @@ HEAVY = ("paddle", "pandas", "pyarrow", "numpy", "sklearn")
 #: Our modules that components/ and pipelines/ may import at top level (no heavy dependencies).
 LIGHT_OWN = ("components", "pipelines", "ctr_volcano.images", "ctr_volcano.errors", "ctr_volcano.compat",
              "ctr_volcano.training.params", "ctr_volcano.training.task_config",
-             "ctr_volcano.training.store_access", "ctr_volcano.util.k8s_syntax", "ctr_model.defaults")
+             "ctr_volcano.training.store_access", "ctr_volcano.util.k8s_syntax", "ctr_model.defaults",
+             "ctr_model.errors")
 #: Layers, lowest first; a module belongs to the layer of the longest prefix that names it.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("ctr_model",),
