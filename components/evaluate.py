@@ -13,12 +13,15 @@ counts an artifact with no file as a cache miss, so without it these steps would
 from kfp import dsl
 from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
+from components.signature import shipped
+from ctr_model.defaults import DEFAULT_SCORE_BATCH
 from ctr_volcano.images import component_image
 
 __all__ = ["evaluate_ctr", "check_auc_gate", "publish_model"]
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
+@shipped   # DEFAULT_SCORE_BATCH as a literal: KFP runs the source alone
 def evaluate_ctr(
     model: Input[Model],
     test_data: Input[Dataset],
@@ -26,7 +29,7 @@ def evaluate_ctr(
     classification: Output[ClassificationMetrics],
     report: Output[HTML],
     threshold: float = 0.5,
-    batch_size: int = 8192,
+    batch_size: int = DEFAULT_SCORE_BATCH,
 ) -> float:
     """Score the held-out split with the trained model and report exact AUC, log loss and calibration.
 

@@ -4,7 +4,10 @@ Every role of a gang reads the same config (from ``--config FILE`` or ``CTR_TRAI
 validated once, where it enters the process, and every error names the field, the bad value and the
 fix. The defaults are tuned for asynchronous parameter-server training on small machines: a narrower
 FC stack than PaddleRec's benchmark and PaddleRec's Adam learning rate reach the data's ceiling within
-three epochs (measured on 1M generated rows: see docs/training.md).
+three epochs (measured on 1M generated rows: see docs/training.md). The defaults of ``epochs``,
+``batch_size``, ``learning_rate`` and ``model`` are named in :mod:`ctr_model.defaults`, which the
+training step's parameters (``ctr_volcano.training.params.StepParams``, and from it the CLI, the
+component and the pipelines) read too.
 """
 from __future__ import annotations
 
@@ -13,7 +16,13 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, Mapping, Tuple
 
 from ctr_model.checks import is_int, is_positive, is_real
-from ctr_model.features import DEFAULT_HASH_BUCKETS
+from ctr_model.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_EPOCHS,
+    DEFAULT_HASH_BUCKETS,
+    DEFAULT_LEARNING_RATE,
+    DEFAULT_MODEL,
+)
 from ctr_model.models import FAMILIES, validate_model_config
 
 __all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
@@ -70,10 +79,10 @@ class TrainConfig:
 
     embedding_dim: int = 10
     fc_sizes: Tuple[int, ...] = (256, 128, 64)
-    learning_rate: float = 0.001
+    learning_rate: float = DEFAULT_LEARNING_RATE
     optimizer: str = "adam"
-    batch_size: int = 512
-    epochs: int = 3
+    batch_size: int = DEFAULT_BATCH_SIZE
+    epochs: int = DEFAULT_EPOCHS
     threads: int = 1
     print_every: int = 200
     progress_secs: float = 10.0
@@ -84,7 +93,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     checkpoint_secs: float = 600.0
     sparse_shards: int = 16
-    model: str = "dnn"
+    model: str = DEFAULT_MODEL
     model_config: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

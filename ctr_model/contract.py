@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ctr_model.defaults import DEFAULT_GLOO_PORT, DEFAULT_PS_PORT
+
 __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
     "ENV_ROLE", "ENV_PS_PORT", "ENV_PS_PORT_STRIDE", "ENV_GLOO_PORT", "ENV_DATA_DIR",
@@ -86,9 +88,9 @@ class GangContract:
     trainers: int
     data_dir: str
     output_dir: str
-    ps_port: int = 36001
+    ps_port: int = DEFAULT_PS_PORT
     ps_port_stride: int = 0
-    gloo_port: int = 36100
+    gloo_port: int = DEFAULT_GLOO_PORT
     train_config: Mapping[str, object] = field(default_factory=dict)
     volcano_dir: Optional[str] = None
     init_model: Optional[str] = None

@@ -32,9 +32,10 @@ from kfp.dsl import Markdown, Metrics, Model
 
 from components.data_prep import prepare_ctr_data
 from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
+from components.signature import pipeline_with_parameters
 from components.train import train_ctr
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
-from ctr_volcano.training.params import DEFAULT_PVC_NAME, PVC_MOUNT_PATH
+from ctr_volcano.training.params import PVC_MOUNT_PATH, kfp_parameters
 from pipelines.legacy_kfp import without_task_config
 
 __all__ = ["ctr_retraining_pipeline", "ctr_retraining_pipeline_legacy", "ctr_retraining_pipeline_local",
@@ -47,6 +48,10 @@ RETRAINING_PIPELINE_NAME = "ctr-retraining-pipeline"
 DEFAULT_DAILY_DATA_URI = PVC_MOUNT_PATH + "/clicks/day={date}"
 #: The model registry on the claim.
 DEFAULT_REGISTRY = PVC_MOUNT_PATH + "/registry"
+#: What this pipeline adds to the training step's own parameter texts. No ``artifact_store``: warm
+#: start reads the champion from a volume every pserver mounts, so the hand-off is the claim.
+_NOTES = {"pservers": "must equal the champion's to warm-start from it",
+          "pvc_name": f"it also holds the data and the registry, mounted at {PVC_MOUNT_PATH}"}
 
 
 def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool = False):
@@ -62,8 +67,10 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
     create_time = dsl.PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER if run_time_placeholders else ""
     train_component = without_task_config(train_ctr) if legacy else train_ctr
 
-    @dsl.pipeline(name=RETRAINING_PIPELINE_NAME,
-                  display_name="CTR recurring retraining: warm start from the champion, champion/challenger gate")
+    @pipeline_with_parameters(kfp_parameters("pipeline", exclude=("artifact_store",), notes=_NOTES),
+                              after="prep_fanout", name=RETRAINING_PIPELINE_NAME,
+                              display_name="CTR recurring retraining: warm start from the champion, "
+                                           "champion/challenger gate")
     def ctr_retraining_pipeline(
         data_uri: str = DEFAULT_DAILY_DATA_URI,
         run_date: str = "",
@@ -78,32 +85,16 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         seed: int = 42,
         feature_spec: str = "",
         prep_fanout: int = 0,
-        backend: str = "volcano",
-        pservers: int = 2,
-        trainers: int = 2,
-        epochs: int = 2,
-        batch_size: int = 512,
-        learning_rate: float = 0.001,
-        model_family: str = "dnn",
-        model_config: str = "",
-        max_retry: int = 2,
-        namespace: str = "",
-        image: str = "",
-        queue: str = "default",
-        priority_class: str = "",
-        pvc_name: str = DEFAULT_PVC_NAME,
-        cpu: str = "1",
-        memory: str = "2Gi",
-        schedule_timeout_s: int = 600,
         min_auc: float = 0.7,
         tolerance: float = 0.002,
         warm_start: bool = True,
+        **step,
     ) -> NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics), ("gate_report", Markdown),
                                 ("model", Model)]):
         """Retrain the CTR model on the run's days, continuing the champion, and promote it only if it is not worse.
 
         Args:
-            data_uri: raw Criteo TSV data with a {date} template (or {date:%Y/%m/%d}), e.g. /mnt/ctr/clicks/day={date}; a path on the PVC or an s3:// URI.
+            data_uri: raw click logs (Criteo TSV or the layout feature_spec declares) with a {date} template (or {date:%Y/%m/%d}), e.g. /mnt/ctr/clicks/day={date}; a path on the PVC or an s3:// URI.
             run_date: YYYY-MM-DD for back-fills; empty uses the run's scheduled time (recurring runs), then its create time.
             window_days: consecutive days of data each run reads, ending at the run date minus lag_days.
             lag_days: days between the run date and the newest day read (1 for a nightly run on yesterday's data).
@@ -116,23 +107,6 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             seed: seed of the train/test split.
             feature_spec: the raw data's layout as a JSON feature spec (docs/features.md); empty means Criteo TSV; keep it the same across runs to warm-start.
             prep_fanout: 0 preps in one step; N > 0 fans prep out to a Volcano Job of N prep pods on pvc_name (Criteo TSV). The output is the same for every value.
-            backend: "volcano" (a Volcano Job) or "local" (processes in the step's pod).
-            pservers: parameter servers; must equal the champion's to warm-start from it.
-            trainers: trainers in the training gang.
-            epochs: passes over the run's training data.
-            batch_size: examples per trainer step.
-            learning_rate: Adam learning rate.
-            model_family: the network to train: "dnn" (embedding-concat DNN), "wide_deep" (Wide & Deep), "deepfm" (DeepFM) or "dcn_v2" (DCN-v2, stacked cross layers).
-            model_config: the family's own hyper-parameters as a JSON object, e.g. {"cross_layers": 3, "low_rank": 0} for dcn_v2 (the other families have none); empty means the family's defaults.
-            max_retry: times the whole gang is restarted after a pod failure before the step fails.
-            namespace: Kubernetes namespace of the Volcano Job; empty means the pipeline run's namespace.
-            image: trainer container image; empty means the release's default trainer image.
-            queue: Volcano queue to submit the job to.
-            priority_class: Kubernetes PriorityClass of the gang's pods; empty for none.
-            pvc_name: ReadWriteMany PVC holding the data, the registry and the training handoff; mounted at /mnt/ctr.
-            cpu: CPU request of every pod of the gang.
-            memory: memory request and limit of every pod of the gang.
-            schedule_timeout_s: seconds the gang may wait for the Volcano scheduler before the step fails.
             min_auc: the challenger is never published below this test AUC (it decides the first run).
             tolerance: the challenger is published if its AUC >= the champion's - tolerance on the same split.
             warm_start: continue the champion; False trains from scratch (needed once after changing the network shape or hash_buckets), still gated against the champion.
@@ -149,18 +123,15 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         prep = prepare_ctr_data(
             raw_data=window.outputs["raw_data"], hash_buckets=hash_buckets, test_fraction=test_fraction,
             shards=shards, max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec,
-            fanout=prep_fanout, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, namespace=namespace, queue=queue)
+            fanout=prep_fanout, pvc_name=step["pvc_name"], pvc_mount_path=PVC_MOUNT_PATH,
+            namespace=step["namespace"], queue=step["queue"])
         prep.set_display_name("prepare data")
         champion = find_champion(registry=registry, model_name=model_name)
         champion.set_display_name("find champion")
         train = train_component(
-            train_data=prep.outputs["train_data"], init_model=champion.outputs["champion"], backend=backend,
-            pservers=pservers, trainers=trainers, epochs=epochs, batch_size=batch_size,
-            learning_rate=learning_rate, model_family=model_family, model_config=model_config,
-            max_retry=max_retry, namespace=namespace, image=image, queue=queue,
-            priority_class=priority_class, pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH, cpu=cpu,
-            memory=memory, schedule_timeout_s=schedule_timeout_s, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, warm_start=warm_start)
+            train_data=prep.outputs["train_data"], init_model=champion.outputs["champion"],
+            pvc_mount_path=PVC_MOUNT_PATH, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, warm_start=warm_start, **step)
         train.set_display_name("train (warm start from the champion)")
         gate = champion_challenger_gate(challenger=train.outputs["model"], champion=champion.outputs["champion"],
                                         test_data=prep.outputs["test_data"], min_auc=min_auc,
@@ -172,7 +143,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             model_name=model_name, version=dsl.PIPELINE_JOB_ID_PLACEHOLDER, promote=gate.outputs["Output"])
         register.set_display_name("register / promote")
         for task in (window, prep, champion, train, register):   # ignored by kfp.local
-            kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)
+            kubernetes.mount_pvc(task, pvc_name=step["pvc_name"], mount_path=PVC_MOUNT_PATH)
         outputs = NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics),
                                          ("gate_report", Markdown), ("model", Model)])
         return outputs(published=gate.outputs["Output"], gate_metrics=gate.outputs["metrics"],

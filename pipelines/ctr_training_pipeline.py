@@ -21,9 +21,6 @@ Compiled to ``ctr_training_pipeline.yaml`` next to this file by ``ctr-volcano co
 when the two drift apart.
 """
 
-import functools
-import inspect
-import re
 from typing import NamedTuple
 
 from kfp import dsl, kubernetes
@@ -31,9 +28,10 @@ from kfp.dsl import HTML, Dataset, Metrics, Model
 
 from components.data_prep import prepare_ctr_data
 from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
+from components.signature import with_parameters
 from components.train import train_ctr
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
-from ctr_volcano.training.params import DEFAULT_PVC_NAME, PVC_MOUNT_PATH
+from ctr_volcano.training.params import DEFAULT_PVC_NAME, PVC_MOUNT_PATH, kfp_parameters
 from ctr_volcano.training.store_access import KFP_ACCESS_KEY_KEY, KFP_ARTIFACT_SECRET, KFP_SECRET_KEY_KEY
 from ctr_volcano.training.task_config import MIN_KFP_BACKEND
 from pipelines.legacy_kfp import without_task_config
@@ -65,32 +63,15 @@ def ctr_training_pipeline(
     seed: int = 42,
     feature_spec: str = "",
     prep_fanout: int = 0,
-    backend: str = "volcano",
-    pservers: int = 2,
-    trainers: int = 2,
-    epochs: int = 2,
-    batch_size: int = 512,
-    learning_rate: float = 0.001,
-    model_family: str = "dnn",
-    model_config: str = "",
-    max_retry: int = 2,
-    namespace: str = "",
-    image: str = "",
-    queue: str = "default",
-    priority_class: str = "",
-    artifact_store: str = "pvc",
-    pvc_name: str = DEFAULT_PVC_NAME,
-    cpu: str = "1",
-    memory: str = "2Gi",
-    schedule_timeout_s: int = 600,
     threshold: float = 0.5,
     min_auc: float = 0.7,
+    **step,
 ) -> NamedTuple("Outputs", [("auc", float), ("passed", bool), ("model", Model), ("metrics", Metrics),
                             ("report", HTML)]):
-    """Train a click-through-rate model on Criteo-format data and publish it if its test AUC is good enough.
+    """Train a click-through-rate model on raw click logs and publish it if its test AUC is good enough.
 
     Args:
-        data_uri: raw Criteo TSV data (a file or a directory of files), as a URI the pipeline can read: minio://, s3:// or gs:// on a cluster, a local path under kfp.local.
+        data_uri: raw click logs (a file or a directory of files) in Criteo TSV or the layout feature_spec declares, as a URI the pipeline can read: minio://, s3:// or gs:// on a cluster, a local path under kfp.local.
         hash_buckets: size of the categorical feature hash space (embedding rows).
         test_fraction: share of rows held out for evaluation.
         shards: number of training-data shards; trainers take whole shards, so use a multiple of trainers.
@@ -98,24 +79,6 @@ def ctr_training_pipeline(
         seed: seed of the train/test split.
         feature_spec: the raw data's layout as a JSON feature spec (CSV/TSV/Parquet, named columns, multi-valued features; docs/features.md); empty means Criteo TSV.
         prep_fanout: 0 preps in one step; N > 0 fans prep out to N workers (Criteo TSV): N processes in the prep step, or in the legacy variant a Volcano Job of N prep pods on pvc_name. The output is the same for every value.
-        backend: where training runs: "volcano" (a Volcano Job of pservers and trainers) or "local" (the same gang as processes in the step's pod).
-        pservers: parameter servers in the training gang.
-        trainers: trainers in the training gang.
-        epochs: passes over the training data.
-        batch_size: examples per trainer step.
-        learning_rate: Adam learning rate.
-        model_family: the network to train: "dnn" (embedding-concat DNN), "wide_deep" (Wide & Deep), "deepfm" (DeepFM) or "dcn_v2" (DCN-v2, stacked cross layers).
-        model_config: the family's own hyper-parameters as a JSON object, e.g. {"cross_layers": 3, "low_rank": 0} for dcn_v2 (the other families have none); empty means the family's defaults.
-        max_retry: times the whole gang is restarted after a pod failure before the step fails.
-        namespace: Kubernetes namespace of the Volcano Job; empty means the pipeline run's namespace.
-        image: trainer container image; empty means the release's default trainer image.
-        queue: Volcano queue to submit the job to.
-        priority_class: Kubernetes PriorityClass of the gang's pods; empty for none.
-        artifact_store: how data and model travel between the steps and the gang: "pvc" (a shared volume: the run workspace, or pvc_name in the legacy variant) or "s3" (KFP's own object store with its own credentials, no shared volume for the gang).
-        pvc_name: ReadWriteMany PVC mounted by the training step and its gang, through which data and model travel; it must exist in the run's namespace.
-        cpu: CPU request of every pod of the gang (the training task's own CPU request, passed through to the gang).
-        memory: memory request and limit of every pod of the gang (the training task's own memory request and limit, passed through to the gang).
-        schedule_timeout_s: seconds the gang may wait for the Volcano scheduler before the step fails with the PodGroup's reason.
         threshold: probability at or above which an impression counts as a predicted click (confusion matrix).
         min_auc: quality gate: the model is published only if its test AUC is at least this.
 
@@ -123,6 +86,8 @@ def ctr_training_pipeline(
         auc: the test AUC; passed: whether the gate let the model through; model, metrics and report
         from the training and evaluation steps.
     """
+    pvc_name = step.pop("pvc_name", None)   # the legacy variant's claim; None: the run workspace
+    cpu, memory = step.pop("cpu"), step.pop("memory")
     raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
     if pvc_name is None:
         # Not in the legacy variant: a KFP 2.14.3 importer records its display name as its task
@@ -130,20 +95,15 @@ def ctr_training_pipeline(
         # ("cannot find producer task"): every run failed before prep on a real 2.14.3 backend.
         raw.set_display_name("raw data")
     on_claim = {} if pvc_name is None else dict(pvc_name=pvc_name, pvc_mount_path=PVC_MOUNT_PATH,
-                                                   namespace=namespace, queue=queue)
+                                                namespace=step["namespace"], queue=step["queue"])
     prep = prepare_ctr_data(
         raw_data=raw.output, hash_buckets=hash_buckets, test_fraction=test_fraction, shards=shards,
         max_bad_fraction=max_bad_fraction, seed=seed, feature_spec=feature_spec, fanout=prep_fanout, **on_claim)
     prep.set_display_name("prepare data")
     if pvc_name is not None:    # the legacy variant's claim: the prep pods' when prep_fanout > 0
         kubernetes.mount_pvc(prep, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)
-    common = dict(
-        train_data=prep.outputs["train_data"], backend=backend, pservers=pservers, trainers=trainers,
-        epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, model_family=model_family,
-        model_config=model_config, max_retry=max_retry,
-        namespace=namespace, image=image, queue=queue, priority_class=priority_class,
-        artifact_store=artifact_store, schedule_timeout_s=schedule_timeout_s,
-        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
+    common = dict(train_data=prep.outputs["train_data"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                  task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, **step)
     if pvc_name is None:  # the KFP way: resources set on the task, hand-off through the run workspace
         train = train_ctr(**common, workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER)
         train.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory)
@@ -173,23 +133,17 @@ def ctr_training_pipeline(
 
 
 _BODY = ctr_training_pipeline  # the undecorated body; the name is rebound to the KFP pipeline below
+#: What the training pipeline adds to the step's own parameter texts.
+_NOTES = {"cpu": "this pipeline sets it on the training task, which passes it through to the gang",
+          "memory": "this pipeline sets it on the training task, which passes it through to the gang"}
 
 
 def _define(legacy: bool):
-    """The pipeline as KFP builds it: both variants share the body and the parameters above; the
-    default one has no ``pvc_name`` (its body then sees ``None`` and uses the run workspace)."""
-    func = _BODY
-    if not legacy:
-        full = inspect.signature(_BODY)
-        sig = full.replace(parameters=[p for n, p in full.parameters.items() if n != "pvc_name"])
-
-        def func(*args, **kwargs):  # type: ignore[no-redef]
-            return _BODY(pvc_name=None, **sig.bind(*args, **kwargs).arguments)
-
-        functools.update_wrapper(func, _BODY)
-        func.__signature__ = sig  # type: ignore[attr-defined]
-        func.__doc__ = re.sub(r"\n        pvc_name: [^\n]*", "", _BODY.__doc__ or "")
-    return dsl.pipeline(func, name=PIPELINE_NAME,
+    """The pipeline as KFP builds it: the body's parameters and the training step's (declared once in
+    ``StepParams``) after ``prep_fanout``; the default variant has no ``pvc_name`` (its body then
+    uses the run workspace)."""
+    step = kfp_parameters("pipeline", exclude=() if legacy else ("pvc_name",), notes=_NOTES)
+    return dsl.pipeline(with_parameters(_BODY, step, after="prep_fanout"), name=PIPELINE_NAME,
                         display_name="CTR training: PaddlePaddle parameter server on Volcano",
                         pipeline_config=None if legacy else dsl.PipelineConfig(workspace=WORKSPACE))
 

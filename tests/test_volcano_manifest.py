@@ -135,7 +135,9 @@ def test_specific_fields_land_where_volcano_reads_them(capsys, crd):
     assert vol["persistentVolumeClaim"]["claimName"] == "claim"
     env = tr["template"]["spec"]["containers"][0]["env"]
     assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "tok"}}} in env
-    assert json.loads(next(e["value"] for e in env if e["name"] == "CTR_TRAIN_CONFIG"))["epochs"] == 2
+    from ctr_volcano.training.params import StepParams
+
+    assert json.loads(next(e["value"] for e in env if e["name"] == "CTR_TRAIN_CONFIG"))["epochs"] == StepParams().epochs
 
 
 def _valid_job():

@@ -90,7 +90,7 @@ def test_volcano_step_hands_data_in_and_model_out_through_the_pvc(fake, tmp_path
     finally:
         client.close()
     assert seen["data_files"] == [".ctr-copy-complete", "train"]
-    assert seen["config"] == {"epochs": 3, "batch_size": 64, "learning_rate": 0.01}
+    assert seen["config"] == {"epochs": 3, "batch_size": 64, "learning_rate": 0.01, "model": "dnn"}
     assert result.model_dir == str(tmp_path / "kfp-out" / "model")
     assert (tmp_path / "kfp-out" / "model" / "model_meta.json").is_file()
     assert result.metrics["rows"] == 12 and result.attempts == 1
@@ -298,20 +298,3 @@ def test_a_read_write_once_handoff_claim_is_refused_before_any_copy_or_submit(fa
         client.close()
     assert err.value.field == "volumes.rwo-claim.accessModes" and "ReadWriteMany" in err.value.fix
     assert not fake.jobs and list(pvc.iterdir()) == []  # nothing copied, nothing submitted
-
-
-def test_component_cli_and_step_share_their_defaults():
-    """One default per setting, whichever door the user comes in by (the component spells its own
-    as literals: KFP runs the function's source alone)."""
-    import inspect
-
-    from components.train import train_ctr
-    from ctr_volcano.training.params import DEFAULT_POLL_S, DEFAULT_STALL_TIMEOUT_S, PVC_MOUNT_PATH
-
-    component = inspect.signature(train_ctr.python_func).parameters
-    args = _train_args("--data", "d", "--model-out", "m")
-    assert component["poll_interval_s"].default == args.poll == StepParams().poll_s == DEFAULT_POLL_S
-    assert component["stall_timeout_s"].default == StepParams().stall_timeout_s == DEFAULT_STALL_TIMEOUT_S
-    assert component["pvc_mount_path"].default == args.pvc_mount_path == PVC_MOUNT_PATH
-    for name in ("pservers", "trainers", "max_retry", "cpu", "memory", "queue", "schedule_timeout_s"):
-        assert component[name].default == getattr(StepParams(), name), name

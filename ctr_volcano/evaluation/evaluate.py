@@ -28,6 +28,7 @@ import numpy as np
 from ctr_model import metrics as _metrics
 from ctr_model.atomic import write_json, write_text
 from ctr_model.checks import is_int
+from ctr_model.defaults import DEFAULT_SCORE_BATCH
 from ctr_model.logs import Progress
 from ctr_volcano.errors import BadInput
 from ctr_volcano.util.outputs import writable_dir
@@ -42,8 +43,8 @@ logger = logging.getLogger(__name__)
 
 #: Probabilities are clipped to ``[eps, 1 - eps]`` before the log: float32 models emit exact 0/1.
 LOGLOSS_EPS = _metrics.LOGLOSS_EPS
-#: Rows per scoring batch: big enough to amortize the scorer's per-batch overhead, small enough for memory.
-DEFAULT_BATCH_SIZE = 8192
+#: Rows per scoring batch (:data:`ctr_model.defaults.DEFAULT_SCORE_BATCH`).
+DEFAULT_BATCH_SIZE = DEFAULT_SCORE_BATCH
 #: The ROC curve stored in metrics and shown in the KFP UI is thinned to at most this many points.
 ROC_MAX_POINTS = 201
 
@@ -416,7 +417,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
             ``schema.json``, or a single-class test split.
     """
     if not is_int(batch_size, 1):
-        raise BadInput("batch_size", batch_size, "use a positive number of rows per batch, e.g. 8192")
+        raise BadInput("batch_size", batch_size, f"use a positive number of rows per batch, e.g. {DEFAULT_SCORE_BATCH}")
     if not 0.0 <= threshold <= 1.0:
         raise BadInput("threshold", threshold, "use a probability threshold in [0, 1], e.g. 0.5")
     split_dir = find_split_dir(data_dir)

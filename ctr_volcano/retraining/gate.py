@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
 from ctr_model.atomic import write_json
+from ctr_model.defaults import DEFAULT_SCORE_BATCH
 from ctr_volcano.errors import BadInput
 
 __all__ = ["GateDecision", "decide", "compare", "render_markdown"]
@@ -73,7 +74,7 @@ def decide(challenger_auc: float, champion_auc: Optional[float], min_auc: float,
 
 
 def compare(challenger_dir: str, champion_dir: Optional[str], test_data: str, out_dir: str, *,
-            min_auc: float, tolerance: float, batch_size: int = 8192) -> Dict[str, Any]:
+            min_auc: float, tolerance: float, batch_size: int = DEFAULT_SCORE_BATCH) -> Dict[str, Any]:
     """Score both models on ``test_data`` and decide; writes ``out_dir/gate.json``.
 
     Args:

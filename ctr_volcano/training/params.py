@@ -1,7 +1,15 @@
-"""The training step's parameters as one frozen, validated object, and the defaults both backends share.
+"""The training step's parameters, declared once, and the defaults both backends share.
 
-Why a separate object: the KFP component must stay a thin adapter and the CLI must behave exactly like
+Why one object: the KFP component must stay a thin adapter and the CLI must behave exactly like
 it; both build a :class:`StepParams` and hand it to :func:`~ctr_volcano.training.step.run_training_step`.
+Every field is declared here once, with its default and its one-line meaning (``metadata``), and
+everything else is derived from that declaration: the ``train_ctr`` component's signature and
+docstring (``components/train.py``), both pipelines' training parameters, and the ``ctr-volcano
+train`` and ``render-job`` flags (``ctr_volcano/app/cli/step_flags.py``). The trainer's own settings
+(``epochs``, ``batch_size``, ``learning_rate``, ``model_family``) take their defaults from
+:mod:`ctr_model.defaults`, as ``ctr_model.config.TrainConfig`` does. ``tests/test_step_defaults.py`` compares
+every entry point's defaults with these.
+
 KFP's ``""``/``-1`` sentinels stop in :meth:`StepParams.from_component`; every field is checked in
 ``__post_init__``, before any data moves.
 """
@@ -9,23 +17,34 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union, get_type_hints
 
 from ctr_model.checks import is_int, is_positive
+from ctr_model.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LEARNING_RATE, DEFAULT_MODEL
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training.store_access import ObjectStore
+from ctr_volcano.training.store_access import KFP_ARTIFACT_ENDPOINT, KFP_ARTIFACT_SECRET, ObjectStore
 from ctr_volcano.training.task_config import EMPTY, MIN_KFP_BACKEND, TaskPodConfig
 
 __all__ = ["StepParams", "BACKENDS", "ARTIFACT_STORES", "DEFAULT_STALL_TIMEOUT_S", "DEFAULT_POLL_S",
-           "DEFAULT_EXPLAIN_EVERY_S", "PVC_MOUNT_PATH", "DEFAULT_PVC_NAME", "train_config_of", "checked_train_config", "local_store_env"]
+           "DEFAULT_EXPLAIN_EVERY_S", "DEFAULT_SCHEDULE_TIMEOUT_S", "DEFAULT_TTL_S", "DEFAULT_TASK_NAME",
+           "PVC_MOUNT_PATH", "DEFAULT_PVC_NAME", "KfpParameter", "step_fields", "value_type", "nullable_fields",
+           "kfp_parameters", "kfp_doc",
+           "train_config_of", "checked_train_config", "local_store_env"]
 
 #: A trainer printing nothing for this long is considered hung (a dead pserver hangs trainers).
 DEFAULT_STALL_TIMEOUT_S = 300.0
-#: Seconds between the Volcano launcher's status polls (the component, the CLI and the step agree).
+#: Seconds between the Volcano launcher's status polls.
 DEFAULT_POLL_S = 5.0
 #: Seconds between the Volcano launcher's "why is the gang Pending" reports.
 DEFAULT_EXPLAIN_EVERY_S = 30.0
+#: Seconds a gang may stay Pending (the Job's, the prep fan-out's): long enough for a cluster
+#: autoscaler to add a node, short enough that a gang which can never fit fails the same day.
+DEFAULT_SCHEDULE_TIMEOUT_S = 600
+#: Seconds Volcano keeps a finished Job (and its pods' logs) before deleting it: time to look.
+DEFAULT_TTL_S = 3600
+#: The training task's name where no KFP task names it (the component's own name).
+DEFAULT_TASK_NAME = "train-ctr"
 #: Where the shared claim is mounted, in the training step's pod and in every gang pod, by default.
 PVC_MOUNT_PATH = "/mnt/ctr"
 #: The shared claim's name where the user names none (the pipelines' default ``pvc_name``, the claim
@@ -42,115 +61,141 @@ def _none_if_empty(value: Any) -> Any:
     return None if value in ("", None) else value
 
 
+def _param(default: Any, doc: str, **where: Any) -> Any:
+    """A :class:`StepParams` field: its default and its meaning, plus where it appears.
+
+    Args:
+        default: the default value (``None``: unset, see ``unset``).
+        doc: what the parameter is, one line (KFP UI text, CLI help, this class's reference).
+        where: ``unset`` (what an unset value means), ``scope`` (``"local"``/``"volcano"``: the
+            only backend that reads it), ``group`` (``"store"``: the object-store flags),
+            ``component`` (``False``: not a ``train_ctr`` parameter; a string: its name there),
+            ``pipeline`` (a parameter of both pipelines), ``pipeline_default`` (theirs, where a
+            cluster wants another), ``flag`` (the CLI's spelling, ``None``: no flag), ``metavar``,
+            ``choices``, ``trainer`` (the ``TrainConfig`` key a ``--config`` file may also set),
+            ``job`` (``False``: never reaches the Volcano Job, so ``render-job`` has no flag for it;
+            ``scope="local"`` fields neither).
+    """
+    return field(default=default, metadata={"doc": doc, **where})
+
+
+def _trainer(default: Any, key: str, doc: str, **where: Any) -> Any:
+    """A field the trainer reads as ``TrainConfig`` field ``key`` (with the same named default)."""
+    return _param(default, doc, trainer=key, pipeline=True, **where)
+
+
 @dataclass(frozen=True)
 class StepParams:
-    """The training step's parameters (component and CLI share them).
+    """The training step's parameters (component, pipelines and CLI share them).
 
-    Attributes:
-        backend: ``local`` (processes on this machine) or ``volcano`` (a Volcano Job).
-        pservers: parameter servers.
-        trainers: trainers.
-        epochs: passes over the training data.
-        batch_size: rows per trainer batch.
-        learning_rate: optimizer learning rate.
-        model_family: the model family (``dnn``, ``wide_deep``, ``deepfm``, ``dcn_v2``); ``None`` =
-            ``config``'s (else ``dnn``).
-        model_config: the family's hyper-parameters as a JSON object (a mapping or its text);
-            ``None`` = ``config``'s (else the family's defaults).
-        max_retry: gang restarts after a failure.
-        namespace: Volcano: the Job's namespace; ``None`` = this pod's namespace (or ``default``).
-        image: Volcano: trainer image; ``None`` = :func:`ctr_volcano.images.trainer_image`.
-        queue: Volcano: queue name.
-        priority_class: Volcano: PriorityClass; ``None`` = cluster default.
-        artifact_store: Volcano: ``pvc`` (a shared RWX claim) or ``s3`` (the object store).
-        pvc_name: Volcano, ``pvc``: the shared RWX claim.
-        pvc_mount_path: Volcano: where the claim is mounted here and in the gang's pods.
-        schedule_timeout_s: Volcano: seconds the gang may stay Pending.
-        stall_timeout_s: both backends: a trainer whose log gains no line for this long is hung;
-            the local backend restarts the gang, the Volcano launcher fails the step and deletes the Job.
-        run_id: Volcano: KFP run id (names the Job; a retried step re-attaches).
-        task_name: Volcano: KFP task name.
-        job_name: Volcano: explicit Job name (overrides the name derived from run_id/task_name).
-        service_account: Volcano: the gang pods' service account.
-        cpu: Volcano: CPU request per pod.
-        memory: Volcano: memory request/limit per pod.
-        gpus: Volcano: GPUs per trainer pod.
-        ttl_seconds_after_finished: Volcano: TTL of the finished Job; ``None`` keeps it.
-        kubeconfig: Volcano: kubeconfig path; ``None`` = in-cluster config or ``$KUBECONFIG``.
-        context: Volcano: kubeconfig context.
-        poll_s: Volcano: seconds between status polls.
-        explain_every_s: Volcano: seconds between "why Pending" reports.
-        s3_endpoint: Volcano, ``s3``: the S3 API as the pods (and this step) reach it, ``http(s)://
-            host:port``; ``None`` = KFP's store (:data:`~ctr_volcano.training.store_access.KFP_ARTIFACT_ENDPOINT`).
-        s3_step_endpoint: Volcano, ``s3``: the S3 API as this step reaches it, when that differs from
-            the pods' (a CLI outside the cluster through a port-forward); used only by the step's own
-            client (upload, checks, model copy, cleanup), never put in the manifest; ``None`` =
-            ``s3_endpoint``.
-        s3_secret: Volcano, ``s3``: the Secret with the store's credentials (keys ``accesskey``/
-            ``secretkey``, KFP's layout); ``None`` = KFP's own artifact-store Secret.
-        s3_region: the object store's signing region; ``None`` = ``us-east-1`` on Volcano, and
-            ``$CTR_S3_REGION`` (else ``us-east-1``) locally.
-        s3_addressing: ``path`` or ``virtual`` bucket addressing; ``None`` = ``path`` on Volcano and
-            ``$CTR_S3_ADDRESSING`` (else ``path``) locally.
-        s3_root: Volcano, ``s3``: ``s3://BUCKET/PREFIX`` for the run directories; ``None`` = the
-            data's bucket, ``ctr-runs/``.
-        config: other ``ctr_model`` TrainConfig fields (a mapping; stored as sorted pairs);
-            ``epochs``, ``batch_size``, ``learning_rate``, ``model_family`` and ``model_config``
-            above win.
-        workdir: local: logs and the gang's output (checkpoints) go there, so a later run with the
-            same workdir resumes; ``None`` = a temporary directory.
-        output_uri: local: an ``s3://`` prefix for checkpoints, model and metrics instead of
-            ``workdir/output`` (a later run with the same prefix resumes from the store); ``s3://``
-            data or output read the store's keys from this process's environment.
-        workspace_path: Volcano: the KFP run workspace as this step sees it
-            (``dsl.WORKSPACE_PATH_PLACEHOLDER``); when set, it is the hand-off instead of
-            ``pvc_mount_path`` and the task's TaskConfig must mount it (KUBERNETES_VOLUMES).
-        task_config: Volcano: the training task's KFP TaskConfig, parsed
-            (:class:`~ctr_volcano.training.task_config.TaskPodConfig`); its settings win over
-            ``cpu``, ``memory`` and ``gpus``.
+    Each field's meaning is its ``metadata["doc"]`` (see :func:`_param`); ``None`` means unset,
+    with the meaning ``metadata["unset"]`` gives. ``config`` holds other ``ctr_model`` TrainConfig
+    fields (a mapping; stored as sorted pairs); ``epochs``, ``batch_size``, ``learning_rate``,
+    ``model_family`` and ``model_config`` win over it. ``task_config`` is the training task's KFP
+    TaskConfig, parsed (:class:`~ctr_volcano.training.task_config.TaskPodConfig`); its settings win
+    over ``cpu``, ``memory`` and ``gpus``.
     """
 
-    backend: str = "local"
-    pservers: int = 2
-    trainers: int = 2
-    epochs: int = 2
-    batch_size: int = 512
-    learning_rate: float = 0.001
-    model_family: Optional[str] = None
-    model_config: Any = None
-    max_retry: int = 2
-    namespace: Optional[str] = None
-    image: Optional[str] = None
-    queue: str = "default"
-    priority_class: Optional[str] = None
-    artifact_store: str = "pvc"
-    pvc_name: Optional[str] = None
-    pvc_mount_path: str = PVC_MOUNT_PATH
-    schedule_timeout_s: int = 600
-    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
-    run_id: Optional[str] = None
-    task_name: Optional[str] = None
-    job_name: Optional[str] = None
-    service_account: Optional[str] = None
-    cpu: str = "1"
-    memory: str = "2Gi"
-    gpus: int = 0
-    ttl_seconds_after_finished: Optional[int] = 3600
-    kubeconfig: Optional[str] = None
-    context: Optional[str] = None
-    poll_s: float = DEFAULT_POLL_S
-    explain_every_s: float = DEFAULT_EXPLAIN_EVERY_S
-    s3_endpoint: Optional[str] = None
-    s3_step_endpoint: Optional[str] = None
-    s3_secret: Optional[str] = None
-    s3_region: Optional[str] = None
-    s3_addressing: Optional[str] = None
-    s3_root: Optional[str] = None
-    config: Any = ()
-    workdir: Optional[str] = None
-    output_uri: Optional[str] = None
-    workspace_path: Optional[str] = None
-    task_config: TaskPodConfig = EMPTY
+    backend: str = _param(
+        "local", 'where the training gang runs: "local" (processes on this machine, or in the step\'s pod) '
+        'or "volcano" (a gang-scheduled Volcano Job)', choices=BACKENDS, pipeline=True, pipeline_default="volcano", job=False)
+    pservers: int = _param(2, "parameter servers in the training gang", pipeline=True)
+    trainers: int = _param(2, "trainers in the training gang; each takes whole data shards", pipeline=True)
+    epochs: int = _trainer(DEFAULT_EPOCHS, "epochs", "passes over the training data")
+    batch_size: int = _trainer(DEFAULT_BATCH_SIZE, "batch_size", "examples per trainer batch")
+    learning_rate: float = _trainer(DEFAULT_LEARNING_RATE, "learning_rate", "the Adam learning rate", flag="--lr")
+    model_family: Optional[str] = _trainer(
+        DEFAULT_MODEL, "model", 'the network: "dnn" (embedding-concat DNN), "wide_deep" (Wide & Deep), "deepfm" '
+        '(DeepFM) or "dcn_v2" (DCN-v2, stacked cross layers)', flag="--model")
+    model_config: Any = _param(
+        None, 'the family\'s own hyper-parameters as a JSON object, e.g. {"cross_layers": 3, "low_rank": 0} '
+        "for dcn_v2 (dnn, wide_deep and deepfm have none)", unset="the family's defaults",
+        trainer="model_config", pipeline=True, metavar="JSON")
+    max_retry: int = _param(2, "times the whole gang is restarted after a failure before the step fails",
+                            pipeline=True)
+    namespace: Optional[str] = _param(None, "the Job's namespace", scope="volcano", pipeline=True,
+                                      unset="this pod's namespace, else default")
+    image: Optional[str] = _param(None, "the trainer image", scope="volcano", pipeline=True,
+                                  unset="the release's trainer image (ctr_volcano.images.trainer_image)")
+    queue: str = _param("default", "the Volcano queue the gang is submitted to", scope="volcano", pipeline=True)
+    priority_class: Optional[str] = _param(None, "a Kubernetes PriorityClass for the gang's pods", scope="volcano",
+                                           pipeline=True, unset="the cluster's default")
+    artifact_store: str = _param(
+        "pvc", 'how data and model travel between the training step and its gang: "pvc" (a shared ReadWriteMany '
+        'volume: the run workspace or pvc_name) or "s3" (the object store, no shared volume)',
+        scope="volcano", choices=ARTIFACT_STORES, pipeline=True)
+    pvc_name: Optional[str] = _param(
+        None, "a ReadWriteMany PVC mounted by the training step and its gang's pods, through which data and model "
+        "travel; it must exist in the Job's namespace", scope="volcano", pipeline=True,
+        pipeline_default=DEFAULT_PVC_NAME, unset="none: the run workspace or the object store")
+    pvc_mount_path: str = _param(PVC_MOUNT_PATH, "where the training step and its gang's pods mount pvc_name",
+                                 scope="volcano")
+    schedule_timeout_s: int = _param(
+        DEFAULT_SCHEDULE_TIMEOUT_S, "seconds the gang may stay Pending before the step fails with the "
+        "PodGroup's reason (and deletes the Job)", scope="volcano", pipeline=True, flag="--schedule-timeout",
+        metavar="SECONDS")
+    stall_timeout_s: float = _param(
+        DEFAULT_STALL_TIMEOUT_S, "seconds a trainer may print nothing before it counts as hung (local: the "
+        "gang restarts; Volcano: the step fails and the Job is deleted)", flag="--stall-timeout",
+        metavar="SECONDS")
+    run_id: Optional[str] = _param(
+        None, "the KFP run id (pass dsl.PIPELINE_JOB_ID_PLACEHOLDER): with task_name it names the Job, so a "
+        "retried step re-attaches to its Job instead of starting a second gang", scope="volcano",
+        unset="$KFP_RUN_ID, else an ad-hoc id")
+    task_name: str = _param(DEFAULT_TASK_NAME, "the KFP task name (pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER); "
+                            "with run_id it names the Job", scope="volcano")
+    job_name: Optional[str] = _param(None, "an explicit Job name, instead of the one run_id and task_name give",
+                                     scope="volcano", component=False)
+    service_account: Optional[str] = _param(None, "the gang pods' service account", scope="volcano",
+                                            unset="the namespace's default")
+    cpu: str = _param("1", "CPU request of every gang pod, unless the task sets CPU (set_cpu_request)",
+                      scope="volcano", pipeline=True)
+    memory: str = _param("2Gi", "memory request and limit of every gang pod, unless the task sets memory "
+                         "(set_memory_request/limit)", scope="volcano", pipeline=True)
+    gpus: int = _param(0, "GPUs per trainer pod, unless the task sets an accelerator", scope="volcano")
+    ttl_seconds_after_finished: Optional[int] = _param(
+        DEFAULT_TTL_S, "seconds Volcano keeps the finished Job before deleting it; -1 keeps it",
+        scope="volcano", flag="--ttl", metavar="SECONDS")
+    kubeconfig: Optional[str] = _param(None, "the kubeconfig file", scope="volcano", component=False, job=False,
+                                       unset="$KUBECONFIG, ~/.kube/config or the in-cluster config")
+    context: Optional[str] = _param(None, "the kubeconfig context", scope="volcano", component=False, job=False)
+    poll_s: float = _param(DEFAULT_POLL_S, "seconds between status polls (and log reads) of the Job",
+                           scope="volcano", component="poll_interval_s", flag="--poll", metavar="SECONDS",
+                           job=False)
+    explain_every_s: float = _param(DEFAULT_EXPLAIN_EVERY_S, "seconds between reports of why a Pending gang "
+                                    "waits", scope="volcano", component=False, flag="--explain-every",
+                                    metavar="SECONDS", job=False)
+    s3_endpoint: Optional[str] = _param(
+        None, "the S3 API, http(s)://HOST:PORT (the scheme turns TLS off or on): on Volcano as the gang's "
+        "pods reach it (artifact_store s3), locally for s3:// data or output", group="store", metavar="URL",
+        unset=f"KFP's store ({KFP_ARTIFACT_ENDPOINT}) on Volcano, $CTR_S3_ENDPOINT locally")
+    s3_step_endpoint: Optional[str] = _param(
+        None, "the S3 API as this step reaches it, when the pods' s3_endpoint is not reachable from here "
+        "(a port-forward to an in-cluster store)", scope="volcano", group="store", component=False,
+        metavar="URL", unset="s3_endpoint", job=False)
+    s3_secret: Optional[str] = _param(
+        None, "the Secret (keys accesskey, secretkey) the gang's pods read the store's credentials from",
+        scope="volcano", group="store", metavar="SECRET", unset=f"KFP's own, {KFP_ARTIFACT_SECRET}")
+    s3_region: Optional[str] = _param(None, "the object store's signing region", group="store",
+                                      component=False, unset="us-east-1 (locally $CTR_S3_REGION)")
+    s3_addressing: Optional[str] = _param(None, "bucket addressing: path or virtual", group="store",
+                                          component=False, choices=("path", "virtual"),
+                                          unset="path, what in-cluster stores serve ($CTR_S3_ADDRESSING locally)")
+    s3_root: Optional[str] = _param(None, "s3://BUCKET/PREFIX for the run directories (deleted after "
+                                    "success)", scope="volcano", group="store", metavar="S3_URI",
+                                    unset="the data's bucket, ctr-runs/")
+    config: Any = _param((), "other TrainConfig fields", component=False, flag=None)
+    workdir: Optional[str] = _param(None, "logs and checkpoints go there, so a later run with the same "
+                                    "workdir resumes", scope="local", component=False,
+                                    unset="a temporary directory, removed after a success")
+    output_uri: Optional[str] = _param(
+        None, "an s3://BUCKET/PREFIX for checkpoints, model and metrics instead of the workdir (a later run "
+        "with the same prefix resumes from the store)", scope="local", group="store", component=False,
+        flag="--output", metavar="S3_URI")
+    workspace_path: Optional[str] = _param(
+        None, "the KFP run workspace (pass dsl.WORKSPACE_PATH_PLACEHOLDER); data and model travel through "
+        "it instead of pvc_name", scope="volcano", flag=None)
+    task_config: TaskPodConfig = _param(EMPTY, "the training task's TaskConfig", component=False, flag=None)
 
     def __post_init__(self) -> None:
         if isinstance(self.config, Mapping):
@@ -247,17 +292,100 @@ class StepParams:
 
     @classmethod
     def from_component(cls, **kwargs: Any) -> "StepParams":
-        """Build from KFP parameters: ``""`` means unset; a TTL of -1 means keep the Job; a
-        ``dsl.TaskConfig`` is parsed with :meth:`TaskPodConfig.from_kfp`."""
-        clean = {k: _none_if_empty(v) for k, v in kwargs.items() if k != "task_config"}
+        """Build from KFP parameters (a field's name or its component name, ``poll_interval_s``):
+        ``""`` means unset, and so does ``-1`` for an optional whole number (a TTL of -1 keeps the
+        Job); a ``dsl.TaskConfig`` is parsed with :meth:`TaskPodConfig.from_kfp`."""
+        renamed = {f.metadata["component"]: f.name for f in fields(cls) if isinstance(f.metadata.get("component"), str)}
+        nullable = nullable_fields()
+        clean: Dict[str, Any] = {}
+        for key, value in kwargs.items():
+            name = renamed.get(key, key)
+            value = None if name == "task_config" else _none_if_empty(value)
+            if value is not None and name in nullable and value_type(name) is int and int(value) == -1:
+                value = None   # KFP's "unset" for a whole number; other negatives are refused
+            if value is not None or name in nullable:
+                clean[name] = value      # a non-nullable field left unset takes its default
         clean["task_config"] = TaskPodConfig.from_kfp(kwargs.get("task_config"))
-        ttl = clean.get("ttl_seconds_after_finished")
-        if ttl is not None and int(ttl) == -1:   # KFP's "unset"; other negatives are refused
-            clean["ttl_seconds_after_finished"] = None
-        for key in ("queue", "pvc_mount_path", "cpu", "memory", "artifact_store"):
-            if clean.get(key) is None:
-                clean.pop(key, None)
         return cls(**clean)
+
+
+class KfpParameter(NamedTuple):
+    """One step parameter as a KFP component or pipeline declares it.
+
+    Attributes:
+        name: the KFP parameter's name.
+        field: the :class:`StepParams` field it fills.
+        type: ``str``, ``int``, ``float`` or ``bool``.
+        default: the default in KFP's terms (``""`` or ``-1`` for unset).
+        doc: its ``Args:`` text (the KFP UI shows it).
+    """
+
+    name: str
+    field: str
+    type: type
+    default: Any
+    doc: str
+
+
+def step_fields() -> Tuple[Field, ...]:
+    """The :class:`StepParams` fields, in declaration order (the order every entry point shows)."""
+    return fields(StepParams)
+
+
+def _hints() -> Dict[str, Any]:
+    return get_type_hints(StepParams)
+
+
+def nullable_fields() -> frozenset:
+    """Fields whose type admits ``None`` (unset)."""
+    hints = _hints()
+    return frozenset(n for n, h in hints.items() if h is Any or type(None) in getattr(h, "__args__", ()))
+
+
+def value_type(name: str) -> type:
+    """``str``, ``int``, ``float`` or ``bool``: field ``name``'s type without ``Optional``, as KFP and
+    the CLI take it (JSON text for ``Any``)."""
+    hint = _hints()[name]
+    if getattr(hint, "__origin__", None) is Union:
+        hint = next(a for a in hint.__args__ if a is not type(None))
+    return hint if hint in (str, int, float, bool) else str
+
+
+def kfp_parameters(surface: str = "component", exclude: Tuple[str, ...] = (),
+                   notes: Optional[Mapping[str, str]] = None) -> List[KfpParameter]:
+    """The step's parameters as ``train_ctr`` (``surface="component"``) or the pipelines
+    (``"pipeline"``) declare them, in declaration order, with KFP's defaults and ``Args:`` text.
+
+    Args:
+        surface: ``component`` (every field a component takes) or ``pipeline`` (the ones both pipelines
+            expose, with ``pipeline_default`` where a cluster wants another default).
+        exclude: field names to leave out.
+        notes: a sentence to add to a field's text, by field name (a pipeline's own remark).
+    """
+    out = []
+    for f in step_fields():
+        meta = f.metadata
+        if f.name in exclude or meta.get("component") is False or (surface == "pipeline" and not meta.get("pipeline")):
+            continue
+        kind = value_type(f.name)
+        default = meta.get("pipeline_default", f.default) if surface == "pipeline" else f.default
+        if default is None:
+            default = -1 if kind is int else ""
+        out.append(KfpParameter(name=meta["component"] if isinstance(meta.get("component"), str) else f.name,
+                                field=f.name, type=kind, default=default,
+                                doc=kfp_doc(f, (notes or {}).get(f.name), unset=default in ("", -1))))
+    return out
+
+
+def kfp_doc(f: Field, note: Optional[str] = None, unset: bool = True) -> str:
+    """A field's ``Args:`` text for KFP: its scope, its meaning, what empty means (when ``unset``:
+    its KFP default is empty), a note."""
+    meta = f.metadata
+    scope = {"volcano": "Volcano only: ", "local": "local backend only: "}.get(str(meta.get("scope")), "")
+    text = scope + str(meta["doc"])
+    if unset and meta.get("unset"):
+        text += f"; empty means {meta['unset']}"
+    return text + (f"; {note}" if note else "") + "."
 
 
 def _model_config_json(text: str) -> Any:

@@ -76,10 +76,9 @@ def _section(rel: str, comp: Any, legacy: Any) -> List[str]:
     meaning = {p.arg_name: p.description or "" for p in doc.params}
     spec = comp.component_spec
     kind = "pipeline" if rel.startswith("pipelines/") else "component"
+    source = Path(sys.modules[func.__module__].__file__ or "").relative_to(REPO)   # its module: some are generated
     lines = [f"## `{func.__name__}`", "",
-             f"{kind.capitalize()}, compiled to [`{rel}`](../{rel}); defined in "
-             f"[`{Path(func.__code__.co_filename).relative_to(REPO)}`]"
-             f"(../{Path(func.__code__.co_filename).relative_to(REPO)}).", ""]
+             f"{kind.capitalize()}, compiled to [`{rel}`](../{rel}); defined in [`{source}`](../{source}).", ""]
     lines += [_cell(doc.short_description or ""), ""]
     if doc.long_description:
         lines += [_cell(doc.long_description), ""]

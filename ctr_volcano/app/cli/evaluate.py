@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from ctr_model.defaults import DEFAULT_SCORE_BATCH
+
 __all__ = ["register"]
 
 
@@ -22,15 +24,15 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="where metrics.json and report.html go")
     p.add_argument("--threshold", type=float, default=0.5,
                    help="probability at or above which a row is a predicted click (default 0.5)")
-    p.add_argument("--batch-size", type=int, default=None, help="rows per scoring batch (default 8192)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_SCORE_BATCH,
+                   help="rows per scoring batch (default %(default)s)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ctr_volcano.evaluation.evaluate import DEFAULT_BATCH_SIZE, evaluate
+    from ctr_volcano.evaluation.evaluate import evaluate
 
-    batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
-    m = evaluate(args.model, args.data, args.out, threshold=args.threshold, batch_size=batch_size)
+    m = evaluate(args.model, args.data, args.out, threshold=args.threshold, batch_size=args.batch_size)
     print(f"AUC {m['auc']:.6f}  log loss {m['logloss']:.6f}  rows {m['rows']}  "
           f"positive rate {m['positive_rate']:.4%}  mean prediction {m['mean_prediction']:.4%}")
     print(f"wrote {args.out}/metrics.json and {m['report']}")

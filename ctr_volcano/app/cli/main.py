@@ -2,8 +2,10 @@
 
 Each area of the product owns a module exposing ``register(subparsers)``; this file only assembles
 them, so adding a verb never touches another area's code. Every verb's handler returns an exit code.
-Errors of the :class:`~ctr_volcano.errors.CtrVolcanoError` family are printed as one clear line
-(no traceback) and exit 2; ``--debug`` shows the traceback.
+An error of the product's families (:mod:`ctr_volcano.errors`) is printed as one line (no traceback)
+and the process exits with its family's code (:func:`~ctr_volcano.errors.exit_code_of`): 2 for bad
+input, 75 for an outage that outlasted its retries, 1 for a failed job; 128 + N after signal N.
+``--debug`` shows the traceback. docs/cli.md lists the codes.
 """
 from __future__ import annotations
 
@@ -45,22 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Library field names whose command-line flag is spelled differently.
-_FLAG_OF_FIELD = {"learning_rate": "--lr", "gpu": "--gpus", "ttl_seconds_after_finished": "--ttl",
-                  "schedule_timeout_s": "--schedule-timeout", "stall_timeout_s": "--stall-timeout",
-                  "model_dir": "--model-out", "data_dir": "--data"}
+#: Library field names, other than the training step's, whose flag is spelled differently: flag, dest.
+_FLAG_OF_FIELD = {"gpu": ("--gpus", "gpus"), "model_dir": ("--model-out", "model_out"),
+                  "data_dir": ("--data", "data")}
 
 
-def _in_flag_terms(exc: Exception, args: argparse.Namespace) -> str:
+def _in_flag_terms(exc: BaseException, args: argparse.Namespace) -> str:
     """The error's text, naming the flag the user typed where a library field has one."""
+    from ctr_volcano.app.cli.step_flags import dest_of, flag_of
     from ctr_volcano.errors import BadInput
 
-    if not isinstance(exc, BadInput) or exc.field.startswith("-"):
-        return str(exc)
+    text = str(exc)
+    if not isinstance(exc, BadInput) or text != f"{exc.field}={exc.value!r}: {exc.fix}" or exc.field.startswith("-"):
+        return text
     name = exc.field.rsplit(".", 1)[-1]
-    flag = _FLAG_OF_FIELD.get(name, "--" + name.replace("_", "-"))
-    if flag[2:].replace("-", "_") not in vars(args):
-        return str(exc)
+    flag, dest = _FLAG_OF_FIELD.get(name) or (flag_of(name), dest_of(name))
+    if flag is None:
+        flag, dest = "--" + name.replace("_", "-"), name
+    if dest not in vars(args):
+        return text
     return str(BadInput(flag, exc.value, exc.fix))
 
 
@@ -71,7 +76,7 @@ def _raise_interrupted(signum: int, _frame: object) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from ctr_volcano.errors import CtrVolcanoError
+    from ctr_volcano.errors import CtrVolcanoError, Interrupted, exit_code_of
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -86,12 +91,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.debug:
             raise
         print(f"ctr-volcano {args.command}: error: {_in_flag_terms(exc, args)}", file=sys.stderr)
-        return 2
+        return exit_code_of(exc)
     except KeyboardInterrupt as exc:
         detail = str(exc)
         print(f"ctr-volcano {args.command}: interrupted" + (f" ({detail})" if detail else ""),
               file=sys.stderr)
-        return int(getattr(exc, "exit_code", 130))
+        return exit_code_of(exc) if isinstance(exc, Interrupted) else 130
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)

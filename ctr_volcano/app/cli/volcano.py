@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any, Dict, List, Tuple
 
-from ctr_volcano.training.params import PVC_MOUNT_PATH
+from ctr_model.defaults import DEFAULT_GLOO_PORT, DEFAULT_PS_PORT
+from ctr_volcano.app.cli.step_flags import add_step_arguments
 
 __all__ = ["register", "render_job", "print_rbac", "parse_key_values"]
 
@@ -69,43 +70,36 @@ def _resources(role: str, cpu: str, memory: str, gpus: int) -> Any:
         raise BadInput(flag, exc.value, exc.fix) from None
 
 
-def _params_from_args(args: argparse.Namespace) -> Any:
-    """The step's parameters of a ``render-job`` command line: the Job is built exactly as the
-    launcher builds it (:func:`~ctr_volcano.training.volcano.backend.build_spec`)."""
-    from ctr_volcano.training.params import StepParams
-    from ctr_volcano.training.volcano.names import job_name_for
+def _run_dirs(args: argparse.Namespace, params: Any, name: str) -> Tuple[str, str]:
+    """The data and output directories (or URIs) the launcher would hand this Job's pods: the same
+    derivation from the data and the hand-off (:func:`~ctr_volcano.training.volcano.handoff.run_paths`,
+    :func:`~ctr_volcano.training.volcano.objectstore.run_uris`), ``--data-dir``/``--output-dir`` over it."""
+    from ctr_volcano.errors import BadInput
+    from ctr_volcano.training.volcano.handoff import run_paths
+    from ctr_volcano.training.volcano.objectstore import run_uris
 
-    return StepParams(
-        backend="volcano", pservers=args.pservers, trainers=args.trainers, epochs=args.epochs,
-        batch_size=args.batch_size, learning_rate=args.lr, max_retry=args.max_retry,
-        namespace=args.namespace, image=args.image, queue=args.queue, priority_class=args.priority_class or None,
-        artifact_store=args.artifact_store, pvc_name=args.pvc_name, pvc_mount_path=args.pvc_mount_path,
-        schedule_timeout_s=args.schedule_timeout, run_id=args.run_id, task_name=args.task_name,
-        job_name=args.name or job_name_for(args.run_id or "manual", args.task_name),
-        service_account=args.service_account, cpu=args.cpu, memory=args.memory, gpus=args.gpus,
-        ttl_seconds_after_finished=None if args.ttl == -1 else args.ttl, s3_endpoint=args.s3_endpoint,
-        s3_secret=args.s3_secret, s3_region=args.s3_region, s3_root=args.s3_root)
-
-
-def _run_root(args: argparse.Namespace, params: Any) -> str:
-    """Where the launcher would put this Job's run directory (on the claim, or in the store)."""
-    from ctr_volcano.training.volcano.handoff import RUNS_DIR
-    from ctr_volcano.training.volcano.objectstore import RUNS_PREFIX
-
-    if args.artifact_store == "s3":
-        return f"{(args.s3_root or 's3://mlpipeline/' + RUNS_PREFIX).rstrip('/')}/{params.job_name}"
-    return f"{args.pvc_mount_path.rstrip('/')}/{RUNS_DIR}/{params.job_name}"
+    if params.artifact_store == "s3":
+        if not (args.data or params.s3_root):
+            raise BadInput("--data", args.data, "with --artifact-store s3 the run directory goes to the data's "
+                                                "bucket: pass --data s3://BUCKET/PREFIX (the prep output), or "
+                                                "--s3-root s3://BUCKET/PREFIX")
+        _, data_dir, output_dir = run_uris(args.data, name, params.s3_root)
+    else:
+        _, data_dir, output_dir = run_paths(params.handoff_dir, name, args.data)
+    return args.data_dir or data_dir, args.output_dir or output_dir
 
 
 def _spec_from_args(args: argparse.Namespace) -> Any:
-    """The launcher's :class:`TrainJobSpec` for these flags, plus the fields only ``render-job`` sets."""
+    """The launcher's :class:`TrainJobSpec` for these flags (built as the launcher builds it,
+    :func:`~ctr_volcano.training.volcano.backend.build_spec`), plus the fields only ``render-job`` sets."""
     from dataclasses import replace
 
-    from ctr_volcano.training.volcano.backend import build_spec
+    from ctr_volcano.app.cli.step_flags import params_from_args
+    from ctr_volcano.training.volcano.backend import build_spec, job_name_of
 
-    params = _params_from_args(args)
-    root = _run_root(args, params)
-    spec = build_spec(params, args.data_dir or f"{root}/data", args.output_dir or f"{root}/output")
+    params = params_from_args(args, backend="volcano")
+    name = job_name_of(params)
+    spec = build_spec(params, *_run_dirs(args, params, name), name=name)
     return replace(
         spec,
         pserver_resources=_resources("pserver", args.pserver_cpu or args.cpu, args.pserver_memory or args.memory, 0),
@@ -152,7 +146,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "render-job", help="print the Volcano Job the launcher would submit (YAML)",
         description="Print the batch.volcano.sh/v1alpha1 Job for a pserver/trainer gang, with every "
-                    "field Volcano's webhook would default set explicitly.")
+                    "field Volcano's webhook would default set explicitly: exactly what `ctr-volcano train "
+                    "--backend volcano` submits for the same flags.")
     _add_job_flags(p)
     _add_pod_flags(p)
     p.set_defaults(func=render_job)
@@ -160,41 +155,22 @@ def register(subparsers: Any) -> None:
 
 
 def _add_job_flags(p: argparse.ArgumentParser) -> None:
-    """The Job's identity, gang, hand-off and training flags of ``render-job``."""
-    p.add_argument("--name", default=None, help="Job name (default: derived from --run-id/--task-name)")
-    p.add_argument("--run-id", default=None, help="KFP run id (names the Job, labels it)")
-    p.add_argument("--task-name", default="train-ctr", help="KFP task name (default: %(default)s)")
-    p.add_argument("--namespace", required=True, help="namespace of the Job")
-    p.add_argument("--image", default=None, help="trainer image (default: ctr_volcano.images.trainer_image())")
-    p.add_argument("--pservers", type=int, default=2, help="parameter servers (default: %(default)s)")
-    p.add_argument("--trainers", type=int, default=2, help="trainers (default: %(default)s)")
-    p.add_argument("--queue", default="default", help="Volcano queue (default: %(default)s)")
-    p.add_argument("--priority-class", default=None, help="PriorityClass name")
-    p.add_argument("--max-retry", type=int, default=2, help="gang restarts after a failure (default: %(default)s)")
-    p.add_argument("--ttl", type=int, default=3600, help="ttlSecondsAfterFinished; -1 omits it")
-    p.add_argument("--schedule-timeout", type=int, default=600, help="launcher's Pending timeout (seconds)")
-    p.add_argument("--pvc-name", default=None, help="shared RWX PVC mounted in every pod")
-    p.add_argument("--pvc-mount-path", default=PVC_MOUNT_PATH, help="its mount path (default: %(default)s)")
-    p.add_argument("--artifact-store", choices=("pvc", "s3"), default="pvc",
-                   help="pvc: data and outputs on --pvc-name; s3: s3:// URIs, credentials from "
-                        "--s3-secret by reference, a scratch emptyDir per pod (default: %(default)s)")
-    p.add_argument("--s3-endpoint", default=None, metavar="URL",
-                   help="s3: the S3 API as the pods reach it (default: KFP's "
-                        "http://minio-service.kubeflow:9000)")
-    p.add_argument("--s3-secret", default=None, metavar="SECRET",
-                   help="s3: Secret with keys accesskey/secretkey (default: KFP's mlpipeline-minio-artifact)")
-    p.add_argument("--s3-region", default="us-east-1", help="s3: signing region (default: %(default)s)")
-    p.add_argument("--s3-root", default=None, metavar="S3_URI",
-                   help="s3: where run directories go (default: s3://mlpipeline/ctr-runs)")
+    """The flags of ``render-job``: the training step's (derived from its declaration, as ``train``'s),
+    where the data is, and the Job-only ones."""
+    add_step_arguments(p, "render-job")
+    p.add_argument("--data", default=None, metavar="PREP_DIR_OR_URI",
+                   help="the training data as `train --data` takes it: a prep output directory (on the claim it "
+                        "is used in place, else copied to the run directory) or, with --artifact-store s3, its "
+                        "s3:// URI (the run directory then goes to its bucket)")
     p.add_argument("--data-dir", default=None,
-                   help="data dir (pvc) or URI (s3) in the pods (default: <mount or s3 root>/ctr-runs/<job>/data)")
+                   help="override: the data dir (pvc) or URI (s3) in the pods (default: derived from --data as the "
+                        "launcher derives it)")
     p.add_argument("--output-dir", default=None,
-                   help="output dir (pvc) or URI (s3) in the pods (default: <mount or s3 root>/ctr-runs/<job>/output)")
-    p.add_argument("--epochs", type=int, default=2, help="training epochs (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=512, help="batch size (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=0.001, help="learning rate (default: %(default)s)")
-    p.add_argument("--ps-port", type=int, default=36001, help="pserver port (default: %(default)s)")
-    p.add_argument("--gloo-port", type=int, default=36100, help="Gloo rendezvous port (default: %(default)s)")
+                   help="override: the output dir (pvc) or URI (s3) in the pods (default: <mount or s3 root>/"
+                        "ctr-runs/<job>/output)")
+    p.add_argument("--ps-port", type=int, default=DEFAULT_PS_PORT, help="pserver port (default: %(default)s)")
+    p.add_argument("--gloo-port", type=int, default=DEFAULT_GLOO_PORT,
+                   help="Gloo rendezvous port (default: %(default)s)")
     p.add_argument("--shm-size", default=None, help="in-memory /dev/shm size, e.g. 1Gi")
     p.add_argument("--disable-network-policy", action="store_true",
                    help="ask Volcano's svc plugin not to create its same-job-only NetworkPolicy")
@@ -204,18 +180,15 @@ def _add_job_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_pod_flags(p: argparse.ArgumentParser) -> None:
-    """The pods' resources, scheduling, image and environment flags of ``render-job``."""
-    p.add_argument("--cpu", default="1", help="CPU request per pod (default: %(default)s)")
-    p.add_argument("--memory", default="2Gi", help="memory request/limit per pod (default: %(default)s)")
+    """The pods' per-role resources, scheduling, image and environment flags of ``render-job`` (what a
+    KFP task's TaskConfig sets for the launcher)."""
     p.add_argument("--pserver-cpu", default=None, help="CPU request of pservers (overrides --cpu)")
     p.add_argument("--pserver-memory", default=None, help="memory of pservers (overrides --memory)")
     p.add_argument("--trainer-cpu", default=None, help="CPU request of trainers (overrides --cpu)")
     p.add_argument("--trainer-memory", default=None, help="memory of trainers (overrides --memory)")
-    p.add_argument("--gpus", type=int, default=0, help="GPUs per trainer (default: %(default)s)")
     p.add_argument("--node-selector", action="append", metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--tolerations", default=None, metavar="JSON", help="JSON list of toleration objects")
     p.add_argument("--affinity", default=None, metavar="JSON", help="JSON affinity object")
-    p.add_argument("--service-account", default=None, help="service account of the pods")
     p.add_argument("--image-pull-secret", action="append", metavar="NAME", help="repeatable")
     p.add_argument("--image-pull-policy", default=None, choices=("Always", "IfNotPresent", "Never"))
     p.add_argument("--secret-env", action="append", metavar="NAME=SECRET:KEY", help="env var from a Secret; repeatable")

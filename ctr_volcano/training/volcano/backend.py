@@ -21,16 +21,18 @@ from ctr_volcano.training.params import StepParams, checked_train_config, train_
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VolcanoBackend", "build_spec", "check_claims", "run_owner_references"]
+__all__ = ["VolcanoBackend", "build_spec", "job_name_of", "check_claims", "run_owner_references"]
 
 
-def _job_name(params: StepParams) -> str:
+def job_name_of(params: StepParams) -> str:
+    """The Job's name: ``job_name``, else derived from the run id (``run_id``, ``$KFP_RUN_ID``, else an
+    ad-hoc one) and ``task_name``; ``render-job`` names its Job the same way."""
     from ctr_volcano.training.volcano.names import job_name_for
 
     if params.job_name:
         return params.job_name
     run_id = params.run_id or os.environ.get("KFP_RUN_ID") or f"adhoc-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    return job_name_for(run_id, params.task_name or "train-ctr")
+    return job_name_for(run_id, params.task_name)
 
 
 def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optional[str] = None,
@@ -47,7 +49,7 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
                      for m in task.volume_mounts)
     explicit = (PvcVolume(params.pvc_name, params.pvc_mount_path),) if params.pvc_name and not same_mount else ()
     return TrainJobSpec(
-        name=name or _job_name(params),
+        name=name or job_name_of(params),
         namespace=params.namespace or in_cluster_namespace(),
         image=params.image or trainer_image(),
         data_dir=data_dir, output_dir=output_dir,
@@ -205,7 +207,7 @@ def _train_volcano(data_path: str, model_dir: str, params: StepParams, *,
     from ctr_volcano.training.volcano.client import KubeClient
     from ctr_volcano.training.volcano.handoff import copy_model_out, prepare_run_dir
 
-    name = _job_name(params)
+    name = job_name_of(params)
     store_run = store = None
     if params.artifact_store == "s3":
         store, store_run = _open_store_run(data_path, params, name, init_model, log)

@@ -23,7 +23,7 @@ from ctr_model.space import copy_tree
 from ctr_volcano.errors import BadInput
 from ctr_volcano.util.outputs import room_for
 
-__all__ = ["RunDirs", "RUNS_DIR", "put_on_claim", "prepare_run_dir", "copy_model_out", "build_pvc"]
+__all__ = ["RunDirs", "RUNS_DIR", "run_paths", "put_on_claim", "prepare_run_dir", "copy_model_out", "build_pvc"]
 
 #: Sub-directory of the claim that holds one directory per training job.
 RUNS_DIR = "ctr-runs"
@@ -52,6 +52,16 @@ class RunDirs:
 def _inside(path: str, parent: str) -> bool:
     path, parent = os.path.realpath(path), os.path.realpath(parent)
     return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def run_paths(mount_path: str, job_name: str, data_path: Optional[str] = None) -> Tuple[str, str, str]:
+    """``(root, data_dir, output_dir)`` of job ``job_name``'s run directory on the claim: the data in
+    place when it is on the claim already, else its copy under the root (nothing is touched)."""
+    root = os.path.join(mount_path, RUNS_DIR, job_name)
+    data_dir = os.path.join(root, "data")
+    if data_path is not None and _inside(data_path, mount_path):
+        data_dir = os.path.realpath(data_path)
+    return root, data_dir, os.path.join(root, "output")
 
 
 def put_on_claim(src: str, mount_path: str, dst: str) -> Tuple[str, bool]:
@@ -92,8 +102,7 @@ def prepare_run_dir(mount_path: str, job_name: str, data_path: str,
                        "(kfp.kubernetes.mount_pvc(task, pvc_name=..., mount_path=...))")
     if not os.path.isdir(data_path):
         raise BadInput("train_data", data_path, "pass the data-prep output directory")
-    root = os.path.join(mount_path, RUNS_DIR, job_name)
-    output_dir = os.path.join(root, "output")
+    root, _, output_dir = run_paths(mount_path, job_name)
     os.makedirs(output_dir, exist_ok=True)
     for d in (os.path.join(mount_path, RUNS_DIR), root, output_dir):
         os.chmod(d, 0o777)

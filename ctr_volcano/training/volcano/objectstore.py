@@ -16,7 +16,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from ctr_volcano.errors import BadInput
 from ctr_volcano.util.outputs import room_for
@@ -24,7 +24,7 @@ from ctr_volcano.util.outputs import room_for
 logger = logging.getLogger(__name__)
 
 __all__ = ["StoreRun", "to_s3_uri", "default_root", "prepare_store_run", "collect_model",
-           "cleanup_run", "RUNS_PREFIX"]
+           "cleanup_run", "RUNS_PREFIX", "run_uris"]
 
 #: Prefix (inside the bucket) of the run-scoped directories.
 RUNS_PREFIX = "ctr-runs"
@@ -65,6 +65,29 @@ def default_root(data_uri: str) -> str:
     return f"s3://{bucket}/{RUNS_PREFIX}"
 
 
+def run_uris(data: Optional[str], job_name: str, root: Optional[str] = None) -> Tuple[str, str, str]:
+    """``(run root, data URI, output URI)`` of job ``job_name`` in the store (nothing is touched).
+
+    Args:
+        data: the prep output's ``s3://``/``minio://`` URI (read in place), or a local directory (or
+            ``None``), which is uploaded under the run root.
+        job_name: the Volcano Job name (one run directory per job).
+        root: where run directories go; default :func:`default_root` of the data (required when the
+            data is local).
+    """
+    from ctr_model import store as s3
+
+    local = not (data and (data.startswith("s3://") or data.startswith("minio://")))
+    if local and not root:
+        raise BadInput("s3_root", root, "with local data give an s3://BUCKET/PREFIX to upload it to")
+    data = None if local else to_s3_uri(str(data))
+    root = (root or default_root(str(data))).rstrip("/")
+    if not s3.is_uri(root):
+        raise BadInput("s3_root", root, "use an s3://BUCKET/PREFIX URI")
+    run_root = s3.join(root, job_name)
+    return run_root, s3.join(run_root, "data") if local else str(data), s3.join(run_root, "output")
+
+
 def prepare_store_run(client, data: str, job_name: str, root: Optional[str] = None,
                       log: Callable[[str], None] = logger.info) -> StoreRun:
     """Check the input in the store (or upload a local prep dir) and derive the run's URIs.
@@ -83,35 +106,24 @@ def prepare_store_run(client, data: str, job_name: str, root: Optional[str] = No
     from ctr_model import store as s3
 
     local = not (data.startswith("s3://") or data.startswith("minio://"))
-    if local:
-        if not os.path.isdir(data):
-            raise BadInput("train_data", data, "pass the data-prep output directory or its s3:// URI")
-        if not root:
-            raise BadInput("s3_root", root, "with local data give an s3://BUCKET/PREFIX to upload it to")
-    else:
-        data = to_s3_uri(data)
-    root = (root or default_root(data)).rstrip("/")
-    if not s3.is_uri(root):
-        raise BadInput("s3_root", root, "use an s3://BUCKET/PREFIX URI")
-    run_root = s3.join(root, job_name)
+    if local and not os.path.isdir(data):
+        raise BadInput("train_data", data, "pass the data-prep output directory or its s3:// URI")
+    run_root, data_uri, output_uri = run_uris(data, job_name, root)
     try:
         client.check_bucket(run_root)
         uploaded = False
         if local:
-            data_uri = s3.join(run_root, "data")
             if client.read_bytes(s3.join(data_uri, _DONE)) is None:
                 client.upload(data, data_uri)
                 client.write_bytes(s3.join(data_uri, _DONE), json.dumps({"from": data}).encode())
                 uploaded = True
                 log(f"[volcano] uploaded {data} to {data_uri}")
         else:
-            data_uri = data
             client.check_prefix(data_uri)
     except s3.StoreError as exc:
         raise BadInput("train_data" if not local else "s3_root", data if not local else root,
                        str(exc)) from None
-    return StoreRun(root=run_root, data_uri=data_uri, output_uri=s3.join(run_root, "output"),
-                    uploaded=uploaded)
+    return StoreRun(root=run_root, data_uri=data_uri, output_uri=output_uri, uploaded=uploaded)
 
 
 def collect_model(client, run: StoreRun, model_dir: str) -> dict:

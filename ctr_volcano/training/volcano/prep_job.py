@@ -32,6 +32,7 @@ from ctr_model.space import copy_tree
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.fanout import FanoutFailed, prep_fanout, raise_worker_error
 from ctr_volcano.errors import BadInput, TransientError
+from ctr_volcano.training.params import DEFAULT_SCHEDULE_TIMEOUT_S
 from ctr_volcano.training.volcano.api_types import JOBS
 from ctr_volcano.training.volcano.diagnosis import podgroup_summary
 from ctr_volcano.training.volcano.handoff import RUNS_DIR, put_on_claim
@@ -65,7 +66,7 @@ class PrepPods:
     run_as_user: int = 1000
     node_selector: Tuple[Tuple[str, str], ...] = ()
     service_account: str = ""
-    schedule_timeout_s: float = 600.0
+    schedule_timeout_s: float = DEFAULT_SCHEDULE_TIMEOUT_S
     timeout_s: float = 24 * 3600.0
     poll_s: float = 2.0
     owner_references: Tuple[Mapping[str, Any], ...] = field(default=())

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ctr_model.checks import is_int, is_positive
+from ctr_model.defaults import DEFAULT_GLOO_PORT, DEFAULT_PS_PORT
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training.params import DEFAULT_STALL_TIMEOUT_S
+from ctr_volcano.training.params import DEFAULT_SCHEDULE_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S, DEFAULT_TTL_S
 from ctr_volcano.training.store_access import SCRATCH_MOUNT, ObjectStore, SecretEnv
 from ctr_volcano.training.task_config import RESERVED_ENV_PREFIXES, TaskPodConfig
 from ctr_volcano.util.k8s_syntax import (
@@ -33,8 +34,6 @@ __all__ = ["Resources", "PvcVolume", "TrainJobSpec", "role_resources", "DEFAULT_
 
 _RESERVED = ", ".join(f"{p}*" for p in RESERVED_ENV_PREFIXES)
 
-DEFAULT_PS_PORT = 36001
-DEFAULT_GLOO_PORT = 36100
 #: Non-root user the pods run as (the trainer image creates it; see dockerfiles/Dockerfile.trainer).
 DEFAULT_UID = 1000
 
@@ -191,8 +190,8 @@ class TrainJobSpec:
     queue: str = "default"
     priority_class: Optional[str] = None
     max_retry: int = 2
-    ttl_seconds_after_finished: Optional[int] = 3600
-    schedule_timeout_s: int = 600
+    ttl_seconds_after_finished: Optional[int] = DEFAULT_TTL_S
+    schedule_timeout_s: int = DEFAULT_SCHEDULE_TIMEOUT_S
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     node_selector: Any = ()
     tolerations: Tuple[Mapping[str, Any], ...] = ()
