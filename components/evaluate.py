@@ -91,10 +91,11 @@ def check_auc_gate(auc: float, min_auc: float = 0.7) -> bool:
     import logging
 
     from ctr_model.logs import setup_logging
+    from ctr_volcano.errors import BadInput
 
     setup_logging()
     if not 0.0 <= min_auc <= 1.0:
-        raise ValueError(f"min_auc={min_auc!r}: use an AUC threshold in [0, 1], e.g. 0.7")
+        raise BadInput("min_auc", min_auc, "use an AUC threshold in [0, 1], e.g. 0.7")
     passed = auc >= min_auc
     logging.getLogger("components.check_auc_gate").info(
         f"AUC {auc:.6f} {'>=' if passed else '<'} min_auc {min_auc:.6f}: "

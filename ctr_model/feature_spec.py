@@ -224,9 +224,13 @@ def _criteo_from_dict(doc: Mapping[str, Any], problems: List[Tuple[str, Any, str
 
 def _unknown_keys(doc: Mapping[str, Any], allowed: Sequence[str], where: str,
                   problems: List[Tuple[str, Any, str]]) -> None:
+    import difflib
+
     for key in doc:
         if key not in allowed:
-            problems.append((f"{where}{key}", doc[key], f"unknown key; use one of {', '.join(allowed)}"))
+            close = difflib.get_close_matches(str(key), list(allowed), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(allowed)}"
+            problems.append((f"{where}{key}", doc[key], f"unknown key; {fix}"))
 
 
 def _entries(items: Any, where: str, allowed: Sequence[str], defaults: Mapping[str, Any],

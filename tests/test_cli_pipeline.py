@@ -117,11 +117,12 @@ def test_run_with_bad_raw_data_fails_clearly_in_the_prep_step(tmp_path, capsys):
     rc = cli.main(["run", "--data", str(raw), "--workdir", str(tmp_path / "w")])
     err = capsys.readouterr().err
     assert rc == 2
-    assert "Inner task failed: 'prepare-ctr-data'" in err and "\x1b[" not in err
-    assert str(tmp_path / "w" / "runs") in err
+    assert "error: step prepare-ctr-data: max_bad_fraction=" in err and "\x1b[" not in err
+    log = re.search(r"\(detail: (\S+)\)$", err.strip())[1]
+    assert log.startswith(str(tmp_path / "w" / "runs")) and log.endswith("/run.log")
     assert not (tmp_path / "w" / "summary.json").exists()
-    scratch = re.search(r"scratch files \(gang logs\) under (\S+)", err)[1]
-    assert os.path.isdir(scratch)  # kept for diagnosis after a failure
+    scratch = re.search(r"scratch files \(gang logs\) kept under (\S+)", open(log).read())[1]
+    assert os.path.isdir(scratch)  # kept for diagnosis after a failure, named in the log
     shutil.rmtree(scratch)
 
 

@@ -17,8 +17,11 @@ def test_gate(auc, min_auc, expect, capsys):
 
 
 def test_gate_refuses_a_threshold_outside_0_1():
-    with pytest.raises(ValueError, match="min_auc=1.5"):
+    from ctr_volcano.errors import BadInput, exit_code_of
+
+    with pytest.raises(BadInput, match="min_auc=1.5: use an AUC threshold in") as info:
         check_auc_gate.python_func(auc=0.8, min_auc=1.5)
+    assert info.value.field == "min_auc" and exit_code_of(info.value) == 2
 
 
 def test_publish_copies_the_model_and_marks_it_approved(tmp_path):

@@ -75,7 +75,7 @@ def local_run(tmp_path_factory, sample_dir):
                           capture_output=True, text=True, timeout=600, cwd=tmp)
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
     summary = json.loads((workdir / "summary.json").read_text())
-    return {"summary": summary, "workdir": workdir, "stdout": proc.stdout}
+    return {"summary": summary, "workdir": workdir, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
 def _task_dir(summary, task):
@@ -102,6 +102,11 @@ def test_run_writes_a_sane_summary(local_run):
     # metrics.json names the files it describes where they are now, not in the run's temp dirs
     assert metrics["report"] == s["report"] and metrics["model_dir"] == s["model"]
     assert f"AUC {s['auc']:.4f}" in local_run["stdout"]
+    # quiet: the summary, a line per step and where the log is; kfp's output and warnings are in the log
+    printed = (local_run["stdout"] + local_run["stderr"]).splitlines()
+    assert len(printed) <= 12 and "Warning" not in "\n".join(printed), printed
+    log = Path(s["run_dir"]) / "run.log"
+    assert str(log) in local_run["stderr"] and "Executing task 'train-ctr'" in log.read_text()
     # kfp.local removed the run's workspace; no process of the run outlives it
     assert not (Path(s["run_dir"]) / "workspace").exists()
     assert _our_processes(s["run_dir"]) == []

@@ -298,3 +298,40 @@ def test_a_read_write_once_handoff_claim_is_refused_before_any_copy_or_submit(fa
         client.close()
     assert err.value.field == "volumes.rwo-claim.accessModes" and "ReadWriteMany" in err.value.fix
     assert not fake.jobs and list(pvc.iterdir()) == []  # nothing copied, nothing submitted
+
+
+def test_render_job_prints_what_train_submits_for_the_same_flags(fake, tmp_path, prep, capsys):
+    """The same flags give ``render-job``'s Job and the one ``train --backend volcano`` submits:
+    name, run directory on the claim, training config (the step's defaults: epochs included)."""
+    from ctr_volcano.app.cli.main import main
+
+    pvc = tmp_path / "pvc"
+    pvc.mkdir()
+    fake.script = play_gang({})
+    flags = ["--pservers", "1", "--trainers", "1", "--model", "deepfm", "--namespace", NS, "--image", "img:1",
+             "--pvc-name", "claim", "--pvc-mount-path", str(pvc), "--run-id", "same-1", "--data", str(prep)]
+    args = _train_args("--backend", "volcano", "--model-out", str(tmp_path / "model"), "--poll", "0.01",
+                       "--kubeconfig", fake.write_kubeconfig(str(tmp_path / "kc")), *flags)
+    assert args.func(args) == 0
+    submitted = next(iter(fake.jobs.values()))
+    capsys.readouterr()
+    assert main(["render-job", "-o", "json", *flags]) == 0
+    rendered = json.loads(capsys.readouterr().out)
+    assert rendered["spec"] == submitted["spec"]
+    assert rendered["metadata"]["name"] == submitted["metadata"]["name"]
+    assert {k: v for k, v in submitted["metadata"].items() if k in rendered["metadata"]} == rendered["metadata"]
+    env = pod_env(rendered)
+    assert json.loads(env["CTR_TRAIN_CONFIG"])["epochs"] == StepParams().epochs
+    assert env["CTR_DATA_DIR"].startswith(str(pvc / "ctr-runs"))
+
+
+def test_render_job_puts_an_s3_run_in_the_datas_bucket(capsys):
+    from ctr_volcano.app.cli.main import main
+
+    assert main(["render-job", "-o", "json", "--namespace", NS, "--artifact-store", "s3", "--run-id", "r",
+                 "--data", "s3://clicks/prep/day-1"]) == 0
+    env = pod_env(json.loads(capsys.readouterr().out))
+    assert env["CTR_DATA_DIR"] == "s3://clicks/prep/day-1"
+    assert env["CTR_OUTPUT_DIR"].startswith("s3://clicks/ctr-runs/ctr-train-ctr-")
+    assert main(["render-job", "--namespace", NS, "--artifact-store", "s3"]) == 2
+    assert "--data=None" in capsys.readouterr().err

@@ -26,7 +26,7 @@ _log = logging.getLogger(__name__)
 
 def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "workdir",
                  registry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None,
-                 on_day: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+                 on_day: Optional[Callable[[Dict[str, Any]], None]] = None, verbose: bool = False) -> Dict[str, Any]:
     """Run the retraining pipeline for ``days`` consecutive run dates starting at ``start_date``.
 
     Args:
@@ -37,6 +37,7 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         registry: the model registry directory; default ``WORKDIR/registry``.
         params: other pipeline arguments (over :data:`ctr_volcano.app.local_run.LOCAL_OVERRIDES`).
         on_day: called with each day's record as soon as the day is done.
+        verbose: echo each run's output to stderr (it always goes to its ``run.log``).
 
     Returns:
         The summary written to ``WORKDIR/backfill.json``: ``registry``, ``model_name``, ``champion``
@@ -46,7 +47,9 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
 
     Raises:
         BadInput: bad dates, counts or parameters (before any run).
-        LocalRunFailed: a day's run failed (the days before it stay registered).
+        BadInput, TransientError, LocalRunFailed: a day's run failed, as
+            :func:`~ctr_volcano.app.local_run.run_in_kfp_local` reports it (the days before it stay
+            registered).
     """
     from ctr_volcano.app.catalogue import check_param_names
     from ctr_volcano.app.local_run import LOCAL_OVERRIDES, fresh_run_dir, run_in_kfp_local
@@ -88,7 +91,7 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         task, seconds = run_in_kfp_local(
             "pipelines.ctr_retraining_pipeline:ctr_retraining_pipeline_local",
             {**args, "data_uri": local_uri, "registry": registry, "run_date": run_date},
-            fresh_run_dir(work))
+            fresh_run_dir(work), verbose=verbose)
         with open(task.outputs["gate_metrics"].path) as fh:
             gate = json.load(fh)
         new = [v for v in reg.versions() if v.version not in before]

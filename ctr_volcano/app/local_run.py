@@ -8,13 +8,16 @@ copies what users want (model, report, metrics) to stable places in ``WORKDIR``,
 
 Components run with ``SubprocessRunner(use_venv=False)``: in this Python environment, offline, with the
 installed package, so a local run exercises exactly the code that the component image ships. The run
-happens in a child interpreter; SIGINT/SIGTERM to this process stops every process of the run.
+happens in a child interpreter; SIGINT/SIGTERM to this process stops every process of the run. Its
+output goes to ``RUN_DIR/run.log`` (:mod:`ctr_volcano.app.run_log`), not to the terminal (``verbose``
+echoes it): a failed step ends the run with that step's own one-line error, naming the log.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,11 +35,14 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ctr_model.atomic import write_json
 from ctr_volcano.app.catalogue import check_param_names, default_sample_dir
-from ctr_volcano.errors import BadInput, CtrVolcanoError, Interrupted
+from ctr_volcano.app.run_log import LOG_FILE, LocalRunFailed, RunLog, echo_stream, step_error
+from ctr_volcano.errors import BadInput, Interrupted
 from ctr_volcano.util.deps import require
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_processes", "stop_run_processes",
-           "run_local", "run_in_kfp_local", "LocalRunOutputs", "fresh_run_dir"]
+           "run_local", "run_in_kfp_local", "LocalRunOutputs", "fresh_run_dir", "check_inputs"]
 
 #: What ``ctr-volcano run`` changes from the pipeline's (cluster-oriented) defaults: train with local
 #: processes, in batches of 32 for one epoch. On the committed 200k-line sample that gave log loss
@@ -44,10 +50,6 @@ __all__ = ["LOCAL_OVERRIDES", "RUN_MARKER_ENV", "LocalRunFailed", "signal_proces
 #: 64 x 2 overfit: 0.0126 and 0.0085; the cluster default 512 rows makes too few steps on a sample);
 #: docs/training.md, "Calibration and the demo".
 LOCAL_OVERRIDES: Dict[str, Any] = {"backend": "local", "batch_size": 32, "epochs": 1}
-
-
-class LocalRunFailed(CtrVolcanoError):
-    """A ``kfp.local`` pipeline run ended in failure; the message says where its task logs are."""
 
 
 #: Every process a local run starts (kfp's executors, the training gang) inherits this variable, set
@@ -140,23 +142,30 @@ class LocalRunOutputs:
             for name, value in outputs.items()}
 
 
-def run_in_kfp_local(pipeline: str, args: Mapping[str, Any], run_dir: Path) -> Tuple[LocalRunOutputs, float]:
+def run_in_kfp_local(pipeline: str, args: Mapping[str, Any], run_dir: Path,
+                     verbose: bool = False) -> Tuple[LocalRunOutputs, float]:
     """Run the pipeline ``pipeline`` through ``kfp.local`` with its outputs under ``run_dir/outputs``.
 
     The run happens in a child interpreter whose environment, inherited by the kfp executors and the
     training gang, carries the run's scratch directory (``TMPDIR``) and its marker
-    (:data:`RUN_MARKER_ENV`); this process's own environment is left alone.
+    (:data:`RUN_MARKER_ENV`); this process's own environment is left alone. Everything the run prints
+    goes to ``run_dir/run.log``; this process logs one line per finished step.
 
     Args:
         pipeline: ``"module:attribute"`` of the ``@dsl.pipeline`` object.
         args: the pipeline's arguments (JSON values).
-        run_dir: receives ``outputs/`` (every task's outputs) and the run's request and result files.
+        run_dir: receives ``outputs/`` (every task's outputs), ``run.log`` and the run's request and
+            result files.
+        verbose: also echo the run's output to stderr, as it comes.
 
     Returns:
         The pipeline's outputs and the seconds the run took.
 
     Raises:
-        LocalRunFailed: a task failed (the message names it and where its outputs are).
+        BadInput: a step refused its input (:class:`~ctr_volcano.app.run_log.StepBadInput`: the
+            step's own line, naming the log).
+        TransientError: a step gave up on an outage.
+        LocalRunFailed: a step (or the run) failed otherwise.
         Interrupted: SIGINT/SIGTERM; every process of the run was stopped first.
     """
     # The steps' scratch files (kfp's per-task component sources, the training gang's logs and
@@ -165,33 +174,46 @@ def run_in_kfp_local(pipeline: str, args: Mapping[str, Any], run_dir: Path) -> T
     scratch = tempfile.mkdtemp(prefix="ctr-run-")
     run_id = uuid.uuid4().hex
     run_dir.mkdir(parents=True, exist_ok=True)
-    request, result_path = run_dir / "request.json", run_dir / "result.json"
+    request, result_path, log_path = run_dir / "request.json", run_dir / "result.json", run_dir / LOG_FILE
     write_json(str(request), {"pipeline": pipeline, "args": dict(args), "run_dir": str(run_dir),
                               "result": str(result_path)})
-    env = {**os.environ, "TMPDIR": scratch, RUN_MARKER_ENV: run_id}
+    env = {**os.environ, "TMPDIR": scratch, RUN_MARKER_ENV: run_id, "PYTHONUNBUFFERED": "1"}
+    logger.info("running %s through kfp.local; its log: %s", pipeline.rpartition(":")[2], log_path)
     started = time.monotonic()
     caught: Dict[str, int] = {}
+    log = RunLog(log_path, echo_stream(verbose))
     try:
         with _stop_run_on_signal(run_id) as caught:
-            child = subprocess.Popen([sys.executable, "-m", "ctr_volcano.app.local_run", str(request)], env=env)
+            child = subprocess.Popen([sys.executable, "-m", "ctr_volcano.app.local_run", str(request)], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+            log.follow(child.stdout)   # type: ignore[arg-type]
             code = child.wait()
     except KeyboardInterrupt:
         left = stop_run_processes(run_id)
         shutil.rmtree(scratch, ignore_errors=True)
-        what = (f"run {run_id} stopped; task outputs so far under {run_dir / 'outputs'}"
+        what = (f"run {run_id} stopped; task outputs so far under {run_dir / 'outputs'}, its log {log_path}"
                 + (f"; could not stop PIDs {left}" if left else ""))
         raise Interrupted(caught.get("signum", signal.SIGINT), what) from None
     finally:
+        log.join(timeout=10.0)
         if os.path.isdir(scratch) and not os.listdir(scratch):
             os.rmdir(scratch)
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
     if code != 0 or "outputs" not in result:
-        msg = result.get("error") or f"the kfp.local run exited with code {code}"
-        kept = f", scratch files (gang logs) under {scratch}" if os.path.isdir(scratch) else ""
-        raise LocalRunFailed(f"{msg}. The failed task's error is in the log above; task outputs are "
-                             f"under {run_dir / 'outputs'}{kept}")
+        raise _failure(result.get("error") or f"the kfp.local run exited with code {code}", log_path, scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     return LocalRunOutputs(result["outputs"]), time.monotonic() - started
+
+
+def _failure(error: str, log_path: Path, scratch: str) -> Exception:
+    """The failed run's error (the failed step's own, :func:`~ctr_volcano.app.run_log.step_error`);
+    the kept scratch directory is named at the end of the log."""
+    if os.path.isdir(scratch):
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(f"\nctr-volcano: the run failed: {error}\nctr-volcano: scratch files (gang logs) "
+                     f"kept under {scratch}\n")
+    task = re.search(r"Inner task failed: '([^']+)'", error)
+    return step_error(log_path, task.group(1) if task else None, error)
 
 
 def _kfp_local_child(request_path: str) -> int:
@@ -231,14 +253,17 @@ def _kfp_local_child(request_path: str) -> int:
 
 
 def run_local(data: Optional[str] = None, workdir: str = "workdir",
-              params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+              params: Optional[Mapping[str, Any]] = None, verbose: bool = False) -> Dict[str, Any]:
     """Run the whole training pipeline on this machine through ``kfp.local`` and summarize it.
 
     Args:
-        data: raw Criteo TSV file or directory; defaults to the committed sample (``data/sample``).
+        data: raw click logs, a file or directory (Criteo TSV, or the layout the ``feature_spec``
+            parameter declares); defaults to the committed sample (``data/sample``).
         workdir: receives ``summary.json``, ``model/``, ``report.html``, ``metrics.json`` and
             ``runs/<run>/outputs/`` (every task's outputs and executor logs, kept for inspection).
         params: pipeline arguments overriding the defaults and :data:`LOCAL_OVERRIDES`.
+        verbose: echo the run's output (kfp's, every step's) to stderr; it always goes to
+            ``runs/<run>/run.log``.
 
     Returns:
         The summary written to ``WORKDIR/summary.json``: ``auc``, ``logloss``, ``model``, ``report``
@@ -246,12 +271,14 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
         ``run_dir``, ``data`` and the ``params`` used.
 
     Raises:
-        BadInput: missing data or an unknown parameter.
-        LocalRunFailed: a task failed (the message names the task and the run directory).
+        BadInput: missing or bad data, a bad feature spec or an unknown parameter (before any step
+            runs), or a step refused its input (its own line, naming the run's log).
+        LocalRunFailed: a step failed otherwise (its error's first line, naming the run's log).
     """
     data_path = Path(data) if data else default_sample_dir()
     if not data_path.exists():
-        fix = ("pass --data PATH (a Criteo TSV file or directory)" if data else
+        fix = ("no such file or directory; give a file or directory of raw click logs (Criteo TSV, or the "
+               "layout -p feature_spec declares)" if data else
                "the sample ships with the source tree; from an installed wheel pass --data PATH")
         raise BadInput("data", str(data_path), fix)
     known = check_param_names(list(params or {}), field="params")
@@ -259,15 +286,37 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     if args["backend"] == "local":
         require("paddle", "backend", "local", "ctr-volcano run trains with the local backend, a Paddle "
                                               "gang on this machine")
+    check_inputs(data_path, args.get("feature_spec", known["feature_spec"]))
     args["data_uri"] = str(data_path.resolve())
 
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     run_dir = fresh_run_dir(work)
-    task, seconds = run_in_kfp_local("pipelines.ctr_training_pipeline:ctr_training_pipeline", args, run_dir)
+    task, seconds = run_in_kfp_local("pipelines.ctr_training_pipeline:ctr_training_pipeline", args, run_dir,
+                                     verbose=verbose)
     summary = _summarize(task.outputs, work, {**known, **args}, run_dir, seconds)
     write_json(str(work / "summary.json"), summary, sort_keys=True)
     return summary
+
+
+def check_inputs(data: Path, feature_spec: Any) -> None:
+    """The prep step's up-front checks, here, before ``kfp.local`` starts: the feature spec, the input
+    files (their names and compression, a spec's columns). A bad input fails in a second, in one line,
+    as ``ctr-volcano prep`` fails on it.
+
+    Raises:
+        BadInput: naming ``feature_spec`` or ``data`` (the file), the value and the fix.
+    """
+    from ctr_volcano.data.prep import check_inputs as check_prep_inputs
+    from ctr_volcano.data.spec_input import read_feature_spec
+
+    spec = read_feature_spec(feature_spec)
+    try:
+        check_prep_inputs([str(data)], spec)
+    except BadInput as exc:
+        if exc.field != "input":
+            raise
+        raise BadInput("data", exc.value, exc.fix) from None
 
 
 def _summarize(outs: Mapping[str, Any], work: Path, params: Dict[str, Any], run_dir: Path,

@@ -25,13 +25,14 @@ class TrainResult:
     Attributes:
         model_dir: the exported model (``ctr_model.infer.load_model`` reads it).
         metrics: the contents of ``metrics.json`` (per-epoch loss/AUC/examples per second, test metrics).
-        output_dir: the gang's shared output (checkpoints, model, metrics).
+        output_dir: the gang's shared output (checkpoints, model, metrics); ``None`` when it was a
+            temporary directory, removed after the success.
         attempts: how many times the gang was started (1 = no restart).
     """
 
     model_dir: str
     metrics: Dict[str, Any]
-    output_dir: str
+    output_dir: Optional[str]
     attempts: int
 
 

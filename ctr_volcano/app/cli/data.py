@@ -59,13 +59,14 @@ def _register_gen_data(subparsers) -> None:
 
 def _register_prep(subparsers) -> None:
     p = subparsers.add_parser(
-        "prep", help="raw Criteo TSV -> hashed, normalised Parquet shards + stats.json",
-        description="Stream Criteo-format TSV (files, globs, directories, .gz) into "
-                    "OUT/train/part-*.parquet, OUT/test/part-*.parquet (each with schema.json) "
-                    "and OUT/stats.json. Bad lines are counted and reported with file and line; "
-                    "above --max-bad-fraction prep fails.")
+        "prep", help="raw click logs (Criteo TSV or a feature spec's layout) -> hashed Parquet shards + stats.json",
+        description="Stream raw click logs (files, globs, directories; gzip as .gz) in Criteo TSV, or in "
+                    "the layout a feature spec declares (CSV/TSV/Parquet, named columns, multi-valued "
+                    "features: --feature-spec, docs/features.md), into OUT/train/part-*.parquet, "
+                    "OUT/test/part-*.parquet (each with schema.json) and OUT/stats.json. Bad lines are "
+                    "counted and reported with file and line; above --max-bad-fraction prep fails.")
     p.add_argument("--input", nargs="+", required=True, metavar="PATH",
-                   help="input files, globs or directories")
+                   help="input files, globs or directories, in Criteo TSV or the --feature-spec layout")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--hash-buckets", type=int, default=DEFAULT_HASH_BUCKETS,
                    help="hash buckets for the categorical ids (default %(default)s)")

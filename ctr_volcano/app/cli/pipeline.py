@@ -14,6 +14,13 @@ __all__ = ["register"]
 
 
 def register(subparsers) -> None:
+    """Add ``compile``, ``run`` and ``submit`` to the ``ctr-volcano`` command line."""
+    _register_compile(subparsers)
+    _register_run(subparsers)
+    _register_submit(subparsers)
+
+
+def _register_compile(subparsers) -> None:
     p = subparsers.add_parser(
         "compile", help="compile the pipeline and the components to KFP YAML",
         description="Compile pipelines/ctr_training_pipeline.yaml and components/*.yaml from the "
@@ -27,14 +34,20 @@ def register(subparsers) -> None:
                         "training step takes cpu/memory/pvc_name as parameters (needs --out-dir)")
     p.set_defaults(func=_compile)
 
+
+def _register_run(subparsers) -> None:
     p = subparsers.add_parser(
         "run", help="run the whole pipeline locally through kfp.local; write WORKDIR/summary.json",
         description="Run prep -> train -> evaluate -> AUC gate -> publish on this machine through "
                     "kfp.local (SubprocessRunner, no containers), training with the local backend "
                     "(a real pserver/trainer gang as processes). Writes WORKDIR/summary.json, "
-                    "WORKDIR/model/, WORKDIR/report.html and WORKDIR/metrics.json.")
+                    "WORKDIR/model/, WORKDIR/report.html and WORKDIR/metrics.json. Quiet: one line per "
+                    "step; the run's output goes to WORKDIR/runs/<run>/run.log, and a failed step ends "
+                    "the run with its own one-line error, naming that file.")
     p.add_argument("--data", metavar="PATH", default=None,
-                   help="raw Criteo TSV file or directory (default: the committed sample data/sample)")
+                   help="raw click logs, a file or a directory: Criteo TSV (plain or .gz), or the layout "
+                        "-p feature_spec=... declares (CSV/TSV/Parquet, docs/features.md) (default: the "
+                        "committed sample data/sample)")
     p.add_argument("--workdir", metavar="DIR", default="workdir", help="output directory (default ./workdir)")
     p.add_argument("--days", metavar="N", type=int, default=None,
                    help="back-fill: run the retraining pipeline for N consecutive run dates from "
@@ -44,9 +57,14 @@ def register(subparsers) -> None:
                    help="with --days: the first run date")
     p.add_argument("--registry", metavar="DIR", default=None,
                    help="with --days: the model registry directory (default WORKDIR/registry)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="echo the run's whole output (kfp's, every step's) here too; it always goes to "
+                        "WORKDIR/runs/<run>/run.log")
     _add_param_flag(p)
     p.set_defaults(func=_run)
 
+
+def _register_submit(subparsers) -> None:
     p = subparsers.add_parser(
         "submit", help="run the pipeline on a KFP cluster, once or on a cron schedule",
         description="Compile the pipeline and submit it through kfp.Client: one run now, or with "
@@ -100,7 +118,7 @@ def _run(args: argparse.Namespace) -> int:
 
             raise BadInput(flag, value, "only used with --days N (a back-fill of the retraining pipeline)")
 
-    summary = run_local(args.data, args.workdir, parse_params(args.param))
+    summary = run_local(args.data, args.workdir, parse_params(args.param), verbose=args.verbose)
     gate = "passed" if summary["passed_gate"] else "BLOCKED"
     print(f"AUC {summary['auc']:.4f}  log loss {summary['logloss']:.4f}  on {summary['rows']} test rows  "
           f"(gate min_auc {summary['min_auc']:g}: {gate})  in {summary['seconds']:.0f} s")
@@ -129,7 +147,7 @@ def _backfill(args: argparse.Namespace) -> int:
               f"{day['parent'] or 'nothing'})", flush=True)
 
     summary = run_backfill(args.data, args.start_date, args.days, args.workdir, args.registry,
-                           parse_params(args.param, "retraining"), on_day=show)
+                           parse_params(args.param, "retraining"), on_day=show, verbose=args.verbose)
     print(f"champion {summary['champion']} in {summary['registry']}/{summary['model_name']}\n"
           f"summary {args.workdir.rstrip('/')}/backfill.json")
     return 0

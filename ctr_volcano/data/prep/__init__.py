@@ -36,14 +36,14 @@ from ctr_model.feature_spec import FeatureSpec, criteo_spec
 from ctr_model.features import LABEL, RAW_COLUMNS
 from ctr_model.logs import Progress
 from ctr_volcano.data.prep.config import AUTO_WORKERS_MAX, STATS_FILE, PrepConfig
-from ctr_volcano.data.prep.generic import prep_spec
+from ctr_volcano.data.prep.generic import check_files, prep_spec
 from ctr_volcano.data.prep.inputs import Job, jobs, long_line_error, piece_bytes, resolve_inputs
 from ctr_volcano.data.prep.lanes import Lanes, Slots, available_cores, keep_freed_memory, use_slots
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.errors import BadInput
 
-__all__ = ["PrepConfig", "prep", "prep_splits", "resolve_inputs", "StratifiedSplit",
+__all__ = ["PrepConfig", "prep", "prep_splits", "check_inputs", "resolve_inputs", "StratifiedSplit",
            "available_cores", "AUTO_WORKERS_MAX", "STATS_FILE"]
 
 logger = logging.getLogger(__name__)
@@ -69,9 +69,23 @@ def prep(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig] = Non
     Raises:
         BadInput: missing/empty/unreadable input, or too many bad lines (naming file, line, reason).
     """
+    check_inputs(inputs, spec)   # a bad input leaves no output directory behind
     os.makedirs(out_dir, exist_ok=True)
     return prep_splits(inputs, os.path.join(out_dir, "train"), os.path.join(out_dir, "test"),
                        config, stats_path=os.path.join(out_dir, STATS_FILE), spec=spec)
+
+
+def check_inputs(inputs: Sequence[str], spec: Optional[FeatureSpec] = None) -> List[str]:
+    """The input files, resolved and checked as prep checks them before reading a row: each exists;
+    in a spec's own layout, each file's name says its compression and its columns match the spec.
+
+    Raises:
+        BadInput: naming the file (field ``input``) or the spec, and the fix.
+    """
+    files = resolve_inputs(inputs)
+    if spec is not None and not spec.is_criteo:
+        check_files(spec, files)
+    return files
 
 
 def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,

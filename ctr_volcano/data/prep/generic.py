@@ -25,7 +25,7 @@ from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.errors import BadInput
 
-__all__ = ["prep_spec", "file_columns", "check_files"]
+__all__ = ["prep_spec", "file_columns", "check_files", "check_compression", "listed", "closest"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,45 @@ def file_columns(spec: FeatureSpec, path: str) -> List[str]:
                        f"check the file and the spec's format/delimiter") from None
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def check_compression(spec: FeatureSpec, path: str) -> None:
+    """Refuse a file whose name and compression disagree: the csv/tsv reader picks gzip by the name.
+
+    Raises:
+        BadInput: a gzip file not named ``.gz`` (pyarrow would read it as text), a ``.gz`` file that is
+            not gzip, or a gzip file given as Parquet.
+    """
+    try:
+        with open(path, "rb") as fh:
+            gzipped = fh.read(2) == _GZIP_MAGIC
+    except OSError as exc:
+        raise BadInput("input", path, f"cannot open the file ({exc}); check the path and its permissions") from None
+    if spec.format == "parquet" and gzipped:
+        raise BadInput("input", path, "this file is gzip-compressed, not Parquet; decompress it (gunzip)")
+    if spec.format != "parquet" and gzipped and not path.endswith(".gz"):
+        raise BadInput("input", path, f"this file is gzip-compressed; name it .gz ({os.path.basename(path)}.gz) "
+                                      "or decompress it (gunzip)")
+    if spec.format != "parquet" and path.endswith(".gz") and not gzipped:
+        raise BadInput("input", path, "this file is named .gz but is not gzip-compressed; drop the .gz from "
+                                      "its name")
+
+
+def listed(names: Sequence[str], limit: int = 20) -> str:
+    """``names`` joined, cut at ``limit`` with a count of the rest (a list never stops silently)."""
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
+def closest(name: str, names: Sequence[str]) -> str:
+    """``"did you mean 'x'? "`` for the name in ``names`` closest to ``name`` (``""`` if none is close)."""
+    import difflib
+
+    match = difflib.get_close_matches(name, list(names), n=1)
+    return f"did you mean {match[0]!r}? " if match else ""
+
+
 def _header(spec: FeatureSpec, path: str) -> List[str]:
     """The names on a csv/tsv file's first line, parsed as pyarrow parses the file (quotes
     included) but from that line alone: opening a reader would parse a whole first block."""
@@ -117,12 +156,13 @@ def check_files(spec: FeatureSpec, files: Sequence[str]) -> None:
     """
     roles = set(spec.output_columns) | set(spec.ignore)
     for path in files:
+        check_compression(spec, path)
         names = file_columns(spec, path)
         for name in spec.output_columns:
             if name not in names:
                 what = "label" if name == spec.label else "feature"
-                raise BadInput("feature_spec", name, f"{path} has no {what} column {name!r} (its "
-                               f"columns: {', '.join(names[:20])}); fix the name in the spec")
+                raise BadInput("feature_spec", name, f"{path} has no {what} column {name!r} ({closest(name, names)}"
+                               f"its columns: {listed(names)}); fix the name in the spec")
         extra = [n for n in names if n not in roles]
         if extra:
             raise BadInput("feature_spec", extra[0], f"{path} has column {extra[0]!r} that the spec "

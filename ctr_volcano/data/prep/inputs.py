@@ -48,8 +48,8 @@ def resolve_inputs(inputs: Sequence[str]) -> List[str]:
         elif os.path.isfile(item):
             files.append(item)
         else:
-            raise BadInput("input", item, "no such file or directory; give a Criteo TSV file, "
-                           "a .gz file, a glob or a directory")
+            raise BadInput("input", item, "no such file or directory; give a file of raw click logs "
+                           "(Criteo TSV or a feature spec's layout, plain or .gz), a glob or a directory")
     return files
 
 

@@ -81,8 +81,8 @@ def train_local(data_dir: str, model_dir: str,
         max_retry: whole-gang restarts after a failure (each resumes from the last checkpoint).
         stall_timeout_s: a trainer silent for this long fails the attempt.
         workdir: keeps logs and the shared output (checkpoints) there, so a later call with the same
-            workdir resumes. By default a temp dir, whose checkpoints and model copy are deleted
-            after success (logs and ``metrics.json`` stay).
+            workdir resumes. By default a temp dir, removed after a success (the model and its metrics
+            are in ``model_dir`` by then) and kept after a failure (its gang logs say why).
         log: progress sink (default: this module's logger).
         job_id: gang name used in logs and errors.
         init_model: an exported model to warm-start from (:mod:`ctr_model.warm_start`); checked
@@ -137,12 +137,12 @@ def train_local(data_dir: str, model_dir: str,
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
-    result = LocalGang(spec, log=log).run()
+    result = LocalGang(spec, log=log).run()   # a failure keeps the temp dir: its gang logs tell why
     metrics = _copy_model_out(output_dir, model_dir, client if in_store else None)
-    if own_workdir and not in_store:
-        # nobody can resume from a temp dir: keep logs and metrics, drop the bulky tables
-        shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
-        shutil.rmtree(os.path.join(output_dir, "model"), ignore_errors=True)
+    if own_workdir:
+        # nobody can resume from a temp dir, and the model and metrics are out: leave nothing behind
+        shutil.rmtree(workdir, ignore_errors=True)
+        output_dir = output_dir if in_store else None
     metrics["attempts"] = result.attempts
     metrics["wall_seconds"] = round(result.seconds, 2)
     log(f"trained in {result.seconds:.1f}s ({result.attempts} attempt(s)); model in {model_dir}"
