@@ -55,17 +55,16 @@ def _entries(lines: List[str], start: int) -> Tuple[int, List[Tuple[str, List[st
     return i, entries
 
 
-def with_args(doc: str, extra: Sequence[Tuple[str, str]], after: Optional[str] = None,
-              drop: Sequence[str] = ()) -> str:
+def with_args(doc: str, extra: Sequence[Tuple[str, str]], after: Optional[str] = None) -> str:
     """``doc`` (a Google-style docstring) with ``extra`` ``(name, text)`` entries in its ``Args:``
-    section, after the entry of ``after`` (default: at its end), and without the entries in ``drop``."""
+    section, after the entry of ``after`` (default: at its end)."""
     lines = doc.splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == "Args:")
     end, entries = _entries(lines, start)
     indent = " " * (len(lines[start]) - len(lines[start].lstrip()) + 4)
     new = [(name, [f"{indent}{name}: {text}"]) for name, text in extra]
     at = len(entries) if after is None else 1 + next(i for i, (name, _) in enumerate(entries) if name == after)
-    entries = [e for e in entries[:at] + new + entries[at:] if e[0] not in drop]
+    entries = entries[:at] + new + entries[at:]
     return "\n".join(lines[:start + 1] + [line for _, body in entries for line in body] + lines[end:])
 
 

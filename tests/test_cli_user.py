@@ -96,6 +96,9 @@ def test_a_step_that_refuses_its_input_ends_run_with_its_own_line_and_the_log(tm
     assert "\x1b[" not in text
     assert len(proc.stderr.splitlines()) <= 4, proc.stderr    # the start, the step, the error
     assert not (tmp_path / "w" / "summary.json").exists()
+    verbose = cli("run", "-v", "--data", str(raw), "--workdir", str(tmp_path / "w"), cwd=tmp_path)
+    assert verbose.returncode == EXIT_BAD_INPUT and "Traceback (most recent call last):" in verbose.stderr
+    assert verbose.stderr.strip().splitlines()[-1].startswith("ctr-volcano run: error: step prepare-ctr-data: ")
 
 
 def test_the_failed_steps_error_is_read_from_its_log(tmp_path):

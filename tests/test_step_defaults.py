@@ -156,3 +156,40 @@ def test_no_package_module_spells_those_values_again():
             for pattern, home in named.items():
                 if rel != home:
                     assert not re.search(pattern, text), f"{rel} spells {pattern} again: import it from {home}"
+
+
+def test_shipped_spells_literals_and_refuses_what_kfp_cannot_ship():
+    """The generator under the component: names become literals, extra parameters join the
+    signature, the docstring and the body's dict; a default KFP cannot ship is refused."""
+    import inspect
+    from types import SimpleNamespace
+
+    from components.signature import shipped, with_args
+
+    extra = [SimpleNamespace(name="depth", type=int, default=3, doc="how deep.")]
+
+    def probe(a: str = REPO.name, **more):
+        """Probe.
+
+        Args:
+            a: the first.
+        """
+        return a, more
+
+    func = shipped(probe, extra=extra)
+    source = inspect.getsource(func)
+    assert f"a: str = {REPO.name!r}," in source and "depth: int = 3," in source and "REPO" not in source
+    assert "depth: how deep." in inspect.getdoc(func) and func(depth=4) == (REPO.name, {"depth": 4})
+
+    def bad(a: tuple = (1,)):
+        """Bad.
+
+        Args:
+            a: a tuple.
+        """
+
+    with pytest.raises(TypeError, match="not a literal KFP can ship"):
+        shipped(bad)
+    doc = "Doc.\n\nArgs:\n    a: one.\n    b: two\n        more.\n\nReturns:\n    x."
+    assert with_args(doc, [("c", "three.")], after="a") == \
+        "Doc.\n\nArgs:\n    a: one.\n    c: three.\n    b: two\n        more.\n\nReturns:\n    x."
