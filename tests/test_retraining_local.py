@@ -32,10 +32,12 @@ def _cli_params():
 
 
 def _run_cli(args, log_path):
-    """``ctr-volcano ARGS`` in a fresh process, as a user runs it; its whole log goes to ``log_path``."""
+    """``ctr-volcano run -v ARGS`` in a fresh process, as a user runs it; its whole log (``-v``: the
+    steps' too) goes to ``log_path``."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log_path, "w") as fh:
-        proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main"] + args, cwd=REPO, env=env,
+        proc = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", args[0], "-v"] + args[1:],
+                              cwd=REPO, env=env,
                               stdout=fh, stderr=subprocess.STDOUT, timeout=1500)
     return proc.returncode, open(log_path, errors="replace").read()
 

@@ -61,12 +61,11 @@ def _in_flag_terms(exc: BaseException, args: argparse.Namespace) -> str:
     if not isinstance(exc, BadInput) or text != f"{exc.field}={exc.value!r}: {exc.fix}" or exc.field.startswith("-"):
         return text
     name = exc.field.rsplit(".", 1)[-1]
-    flag, dest = _FLAG_OF_FIELD.get(name) or (flag_of(name), dest_of(name))
-    if flag is None:
-        flag, dest = "--" + name.replace("_", "-"), name
-    if dest not in vars(args):
-        return text
-    return str(BadInput(flag, exc.value, exc.fix))
+    for flag, dest in (_FLAG_OF_FIELD.get(name, (None, None)), (flag_of(name), dest_of(name)),
+                       ("--" + name.replace("_", "-"), name)):
+        if flag and dest in vars(args):
+            return str(BadInput(flag, exc.value, exc.fix))
+    return text
 
 
 def _raise_interrupted(signum: int, _frame: object) -> None:
