@@ -75,6 +75,14 @@ def test_each_bad_input_is_one_line_and_exit_2_from_run_and_from_prep(case, inpu
         assert "use one of" not in one_error_line(run, "run")    # a suggestion, not a 20-item list
 
 
+def test_a_back_fill_refuses_a_spec_typo_before_its_first_day(inputs, tmp_path):
+    proc = cli("run", "--days", "2", "--start-date", "2026-01-01", "--data", str(tmp_path / "day={date}"),
+               "--workdir", str(tmp_path / "w"), "-p", f"feature_spec={(inputs / 'typo.json').read_text()}",
+               cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT and "did you mean 'label'?" in one_error_line(proc, "run")
+    assert not (tmp_path / "w").exists()
+
+
 def test_train_refuses_a_missing_prep_dir_in_one_line(tmp_path):
     proc = cli("train", "--data", str(tmp_path / "nope"), "--model-out", str(tmp_path / "m"), cwd=tmp_path)
     assert proc.returncode == EXIT_BAD_INPUT

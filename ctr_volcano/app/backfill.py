@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ctr_model.atomic import write_json
 from ctr_volcano.errors import BadInput
@@ -51,32 +51,10 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
             :func:`~ctr_volcano.app.local_run.run_in_kfp_local` reports it (the days before it stay
             registered).
     """
-    from ctr_volcano.app.catalogue import check_param_names
-    from ctr_volcano.app.local_run import LOCAL_OVERRIDES, fresh_run_dir, run_in_kfp_local
+    from ctr_volcano.app.local_run import fresh_run_dir, run_in_kfp_local
     from ctr_volcano.retraining.registry import ModelRegistry
-    from ctr_volcano.retraining.window import resolve_window
 
-    try:
-        first = _dt.date.fromisoformat(start_date)
-    except (TypeError, ValueError):
-        raise BadInput("--start-date", start_date, "use an ISO date, e.g. 2026-01-01") from None
-    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 366:
-        raise BadInput("--days", days, "use an integer in 1..366")
-    known = check_param_names(list(params or {}), "retraining", field="params")
-    args: Dict[str, Any] = {k: v for k, v in LOCAL_OVERRIDES.items() if k in known}
-    for key, value in dict(params or {}).items():
-        if key in ("run_date", "data_uri", "registry"):
-            raise BadInput("params", key, "set by run --days itself (use --start-date, --data, --registry)")
-        args[key] = value
-    if args.get("backend") == "local":
-        require("paddle", "backend", "local", "a back-fill trains with the local backend, a Paddle gang "
-                                              "on this machine")
-    window_days = int(args.get("window_days", 1))
-    window = resolve_window(data_uri, run_date=first.isoformat(), window_days=window_days)  # bad template
-    if days > 1 and window.sources == resolve_window(
-            data_uri, run_date=(first + _dt.timedelta(days=1)).isoformat(), window_days=window_days).sources:
-        raise BadInput("--data", data_uri, "every day would read the same data: put a {date} template "
-                                           "in it, e.g. DIR/day={date}")
+    first, args, known = _checked(data_uri, start_date, days, params)
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     registry = os.path.abspath(registry) if registry else str(work / "registry")
@@ -111,3 +89,37 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
                "params": args, "data_uri": local_uri}
     write_json(str(work / BACKFILL_FILE), summary, sort_keys=True)
     return summary
+
+
+def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping[str, Any]]
+             ) -> Tuple[_dt.date, Dict[str, Any], Dict[str, Any]]:
+    """The first run date, the pipeline's arguments and its parameters' defaults, every input checked
+    before any run: dates, counts, parameter names, the feature spec, the data template."""
+    from ctr_volcano.app.catalogue import check_param_names
+    from ctr_volcano.app.local_run import LOCAL_OVERRIDES
+    from ctr_volcano.data.spec_input import read_feature_spec
+    from ctr_volcano.retraining.window import resolve_window
+
+    try:
+        first = _dt.date.fromisoformat(start_date)
+    except (TypeError, ValueError):
+        raise BadInput("--start-date", start_date, "use an ISO date, e.g. 2026-01-01") from None
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 366:
+        raise BadInput("--days", days, "use an integer in 1..366")
+    known = check_param_names(list(params or {}), "retraining", field="params")
+    args: Dict[str, Any] = {k: v for k, v in LOCAL_OVERRIDES.items() if k in known}
+    for key, value in dict(params or {}).items():
+        if key in ("run_date", "data_uri", "registry"):
+            raise BadInput("params", key, "set by run --days itself (use --start-date, --data, --registry)")
+        args[key] = value
+    if args.get("backend") == "local":
+        require("paddle", "backend", "local", "a back-fill trains with the local backend, a Paddle gang "
+                                              "on this machine")
+    read_feature_spec(args.get("feature_spec"))   # a typo fails now, not in day 1's prep step
+    window_days = int(args.get("window_days", 1))
+    window = resolve_window(data_uri, run_date=first.isoformat(), window_days=window_days)  # bad template
+    if days > 1 and window.sources == resolve_window(
+            data_uri, run_date=(first + _dt.timedelta(days=1)).isoformat(), window_days=window_days).sources:
+        raise BadInput("--data", data_uri, "every day would read the same data: put a {date} template "
+                                           "in it, e.g. DIR/day={date}")
+    return first, args, known
