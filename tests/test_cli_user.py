@@ -27,8 +27,10 @@ SPEC = {"format": "csv", "header": True, "label": "clicked", "dense": [{"name": 
 
 
 def cli(*argv: str, cwd: Path, timeout: float = 120, env: dict = None) -> subprocess.CompletedProcess:
+    """``ctr-volcano ARGV`` in ``cwd``; temporary files (a failed run's kept scratch) under ``cwd/tmp``."""
+    (cwd / "tmp").mkdir(exist_ok=True)
     return subprocess.run([EXE, *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=None if env is None else {**os.environ, **env})
+                          env={**os.environ, "TMPDIR": str(cwd / "tmp"), **(env or {})})
 
 
 def one_error_line(proc: subprocess.CompletedProcess, verb: str) -> str:
