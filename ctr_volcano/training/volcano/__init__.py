@@ -4,7 +4,6 @@ Layers (each importable and testable on its own):
 
 * :mod:`~ctr_volcano.training.volcano.spec` -- :class:`TrainJobSpec`, validated once;
 * :mod:`~ctr_volcano.training.volcano.manifest` -- ``build_job(spec) -> dict``, ``validate_job``, CRD checks;
-* :mod:`~ctr_volcano.training.volcano.crds` -- Volcano's real CRD schemas, from its Go module;
 * :mod:`~ctr_volcano.training.volcano.names` -- deterministic DNS-safe Job names from the KFP run and task;
 * :mod:`~ctr_volcano.training.volcano.client` -- :class:`KubeClient`, the only module that talks to Kubernetes,
   mapping each failure to its error family;
