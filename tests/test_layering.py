@@ -42,7 +42,8 @@ PACKAGES = ("ctr_model", "ctr_volcano", "components", "pipelines")
 FORBIDDEN_IN_CTR_MODEL = ("kfp", "kubernetes")
 HEAVY = ("paddle", "pandas", "pyarrow", "numpy", "sklearn")
 #: Our modules that components/ and pipelines/ may import at top level (no heavy dependencies).
-LIGHT_OWN = ("components", "pipelines", "ctr_volcano.images", "ctr_volcano.errors", "ctr_volcano.compat",
+LIGHT_OWN = ("components", "pipelines", "ctr_volcano.images", "ctr_volcano.version", "ctr_volcano.errors",
+             "ctr_volcano.compat",
              "ctr_volcano.training.params", "ctr_volcano.training.task_config",
              "ctr_volcano.training.store_access", "ctr_volcano.util.k8s_syntax", "ctr_model.defaults",
              "ctr_model.errors")
