@@ -99,7 +99,7 @@ class VolcanoLauncher:
         api_outage_s: and for at least this long (seconds): an API server that restarts (an upgrade,
             a crashed control-plane pod) is unreachable for tens of seconds while the gang keeps
             training; the launcher keeps polling with backoff and re-attaches when it answers.
-            Pod-log reads (diagnostics) never wait for it.
+            Pod-log reads (diagnostics) never wait for it (one retry at most).
         on_identity: called once with the job's identity dict (name, namespace, uid, action) as soon as
             the Job is created or found; the KFP component writes it to an output.
         local_output_dir: where this process sees ``spec.output_dir`` (default: the same path, i.e.
@@ -415,9 +415,11 @@ class VolcanoLauncher:
         return self.calls.call(fn, *args, **kwargs)
 
     def _read_log(self, pod: str, **kwargs: Any) -> Optional[str]:
-        """A pod's log, best effort: logs are diagnostics, so failing to read one never fails the step."""
+        """A pod's log, best effort: logs are diagnostics, so failing to read one never fails the step,
+        and an outage costs a read one retry at most."""
         try:
-            return self._api(self.client.read_log, self.namespace, pod, outage_s=0.0, **kwargs)
+            return self._api(self.client.read_log, self.namespace, pod, outage_s=0.0,
+                             max_retries=min(1, self.calls.max_retries), **kwargs)
         except (TransientError, BadInput) as exc:
             if pod not in self._log_errors:
                 self._log_errors.add(pod)
