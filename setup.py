@@ -1,5 +1,12 @@
 """Kubeflow Pipelines components for distributed CTR training with PaddlePaddle on Volcano."""
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# Written once, in ctr_volcano/version.py (the image tags follow it); read, not imported, here.
+VERSION = re.search(r'^__version__ = "([^"]+)"$', (Path(__file__).parent / "ctr_volcano" / "version.py")
+                    .read_text(), re.M).group(1)
 
 # The SDK: compose, compile and submit pipelines, render Jobs and RBAC, generate data, prep and
 # evaluate. No Paddle and no upper bound on numpy or pyarrow, so it installs into a notebook without
@@ -55,7 +62,7 @@ BENCH_REQUIRES = [
 
 setup(
     name="ctr-volcano",
-    version="0.1.0",
+    version=VERSION,
     description=__doc__,
     packages=find_packages(include=["ctr_volcano", "ctr_volcano.*", "ctr_model", "ctr_model.*",
                                     "components", "components.*", "pipelines", "pipelines.*"]),

@@ -102,7 +102,7 @@ def _in_process(model: Path, rows: List[List[str]], buckets: int, n: int) -> Dic
     import onnxruntime as ort
 
     from ctr_volcano.serving.raw import RAW_INPUTS, model_inputs
-    from ctr_volcano.serving.v2 import rows_to_body
+    from tools.v2_client import rows_to_body
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
@@ -123,7 +123,7 @@ def _in_process(model: Path, rows: List[List[str]], buckets: int, n: int) -> Dic
 def _parity(url: str, model: Path, rows: List[List[str]], buckets: int) -> float:
     from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS, transform_line
     from ctr_model.infer import load_model
-    from ctr_volcano.serving.v2 import infer, rows_to_body
+    from tools.v2_client import infer, rows_to_body
 
     served = np.concatenate([infer(url, rows_to_body(rows[i:i + 5000]))[0] for i in range(0, len(rows), 5000)])
     parsed = [transform_line("\t".join(r), buckets) for r in rows]
@@ -134,8 +134,8 @@ def _parity(url: str, model: Path, rows: List[List[str]], buckets: int) -> float
 
 def _measure(args: argparse.Namespace, model: Path, log: Path) -> Dict[str, float]:
     from ctr_model.onnx_export import read_manifest
-    from ctr_volcano.serving.process import model_server
-    from ctr_volcano.serving.v2 import rows_to_body
+    from tools.model_server import model_server
+    from tools.v2_client import rows_to_body
 
     buckets = int(read_manifest(str(model))["hash_buckets"])
     rows = _raw_rows(max(args.parity_rows, 256))

@@ -239,7 +239,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="ctr-bench-train-")
     data = args.data
     if not data:
-        from ctr_model.synthetic import write_planted_prep
+        from tools.planted_prep import write_planted_prep
 
         data = os.path.join(work, "data")
         write_planted_prep(data, train_rows=args.rows, test_rows=10_000, shards=4,

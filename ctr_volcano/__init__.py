@@ -7,9 +7,8 @@ enforces it): ``app`` > ``components``, ``pipelines`` > ``retraining`` > ``evalu
 each training pod.
 """
 from ctr_volcano import compat as _compat
+from ctr_volcano.version import __version__
 
 __all__ = ["__version__"]
-
-__version__ = "0.1.0"
 
 _compat.install()   # 0.1.0's import paths, for pipeline versions uploaded before the move

@@ -1,10 +1,13 @@
-"""The import paths of release 0.1.0 that already-uploaded pipeline versions use, kept for one release.
+"""The import paths of release 0.1.0 that already-uploaded pipeline versions use, kept for the 0.2 releases.
 
 Why: a pipeline version uploaded to KFP embeds every component's source, with imports such as
 ``from ctr_volcano.volcano.step import StepParams, run_training_step``, and runs it in whatever
-component image its tag names. After the package moved into capability folders (0.2.0), those
-modules live elsewhere; this table maps each old module to its new home, so a version uploaded
-from 0.1.0 keeps running against a newer image. Nothing in this package imports an old path
+component image its tag names. Release 0.2.0 moved the package into capability folders, so those
+modules live elsewhere now; this table maps each old module to its new home. From 0.2.0 on the image
+tags follow the package version (:mod:`ctr_volcano.images`), so a version uploaded from 0.1.0 names
+the ``:0.1.0`` images and a 0.2.0 pipeline the ``:0.2.0`` ones; the table is for an old version that
+runs on a newer image anyway: a ``:0.1.0`` tag rebuilt from a later tree (before 0.2.0 the tag did
+not follow the code), or an image overridden by hand. Nothing in this package imports an old path
 (tests/test_layering.py checks that, and tests/test_released_imports.py runs the 0.1.0 YAML).
 
 Removal: in 0.3.0 delete this module and the :func:`install` call in ``ctr_volcano/__init__.py``;

@@ -45,7 +45,7 @@ def _no_proxy_env(monkeypatch):
 @pytest.fixture(scope="session")
 def volcano_job_crd() -> str:
     """Volcano's real Job CRD, from the Volcano Go module (downloaded once into Go's module cache)."""
-    from ctr_volcano.training.volcano.crds import CrdUnavailable, job_crd_path
+    from tests.crds import CrdUnavailable, job_crd_path
 
     try:
         return job_crd_path()

@@ -278,7 +278,8 @@ class FakeKube:
                     return 422, _status(422, "; ".join(errors[:3])), "application/json"
             jname = job["metadata"]["name"]
             if (ns, jname) in self.jobs:
-                return 409, _status(409, f'jobs.batch.volcano.sh "{jname}" already exists'), "application/json"
+                return 409, _status(409, f'jobs.batch.volcano.sh "{jname}" already exists',
+                                     reason="AlreadyExists"), "application/json"
             job["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=rfc3339(), resourceVersion="1")
             self.jobs[(ns, jname)] = job
             return 201, job, "application/json"
@@ -388,5 +389,8 @@ class FakeKube:
         return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items}, "application/json"
 
 
-def _status(code: int, message: str, status: str = "Failure") -> Dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Status", "status": status, "message": message, "code": code}
+def _status(code: int, message: str, status: str = "Failure", reason: str = "") -> Dict[str, Any]:
+    out = {"apiVersion": "v1", "kind": "Status", "status": status, "message": message, "code": code}
+    if reason:
+        out["reason"] = reason
+    return out

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 from ctr_model.checkpoint import COMPLETE_MARKER, epoch_dir
-from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.training.local.gang import processes_with_env
+from tools.planted_prep import write_planted_prep
 
 __all__ = ["SMALL", "job_processes", "parent_pid", "write_small_planted", "gang_job_id",
            "kill_when_checkpointed"]

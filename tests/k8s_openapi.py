@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ctr_volcano.training.volcano.crds import CrdUnavailable, download_module
+from tests.crds import CrdUnavailable, download_module
 
 REPO = Path(__file__).resolve().parents[1]
 GO_MOD = REPO / "tools" / "minicluster" / "cluster" / "go.mod"

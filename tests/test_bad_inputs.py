@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.errors import BadInput
 from ctr_volcano.training.local.backend import train_local
+from tools.planted_prep import write_planted_prep
 
 
 @pytest.fixture(scope="module")

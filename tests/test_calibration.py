@@ -44,8 +44,8 @@ def test_intercept_shift_converges_on_confident_models(probs):
 
 def test_calibrate_export_moves_the_mean_prediction_to_the_training_rate(tmp_path):
     from ctr_model.infer import load_model
-    from ctr_model.synthetic import write_planted_prep
     from tests.test_bad_inputs import _fake_model
+    from tools.planted_prep import write_planted_prep
 
     write_planted_prep(str(tmp_path / "prep"), train_rows=3000, test_rows=10, shards=2)
     model = _fake_model(tmp_path / "model")

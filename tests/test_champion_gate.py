@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.errors import BadInput
 from ctr_volcano.retraining.gate import compare, decide, render_markdown
 from ctr_volcano.training.local.backend import train_local
+from tools.planted_prep import write_planted_prep
 
 
 @pytest.mark.parametrize("challenger,champion,publish,words", [

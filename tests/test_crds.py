@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ctr_volcano.training.volcano.crds import VOLCANO_MODULE, VOLCANO_VERSION
+from tests.crds import VOLCANO_MODULE, VOLCANO_VERSION
 
 GO_MOD = Path(__file__).resolve().parents[1] / "tools" / "minicluster" / "cluster" / "go.mod"
 
@@ -12,7 +12,7 @@ GO_MOD = Path(__file__).resolve().parents[1] / "tools" / "minicluster" / "cluste
 def test_crd_version_is_the_minicluster_volcano_version():
     pinned = re.search(rf"^\s*{re.escape(VOLCANO_MODULE)}\s+(\S+)", GO_MOD.read_text(), re.M)
     assert pinned and pinned.group(1) == VOLCANO_VERSION, (
-        f"update ctr_volcano.training.volcano.crds.VOLCANO_VERSION to {pinned and pinned.group(1)}")
+        f"update tests/crds.py's VOLCANO_VERSION to {pinned and pinned.group(1)}")
 
 
 def test_job_crd_is_volcanos_own(volcano_job_crd):

@@ -13,7 +13,7 @@ from ctr_model import checkpoint as ckpt
 from ctr_model.data import DataError, assign_shards, parquet_to_slots, resolve_split
 from ctr_model.features import DENSE_COLUMNS, RAW_COLUMNS, SPARSE_COLUMNS
 from ctr_model.infer import Scorer, auc, load_model
-from ctr_model.synthetic import write_planted_prep
+from tools.planted_prep import write_planted_prep
 
 
 def test_assign_shards_is_disjoint_and_complete():

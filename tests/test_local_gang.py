@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.errors import BadInput, TrainingJobFailed
 from ctr_volcano.training.local.gang import GangSpec, LocalGang
 from tests.gang_helpers import gang_job_id, job_processes
+from tools.planted_prep import write_planted_prep
 
 FAKE_ROLE = textwrap.dedent("""
     import json, os, subprocess, sys, time

@@ -53,7 +53,7 @@ def test_signal_to_run_pid_stops_executor_and_gang(sig, code, tmp_path):
 
 
 def test_sigterm_to_train_exits_143_and_reaps_the_gang(tmp_path):
-    from ctr_model.synthetic import write_planted_prep
+    from tools.planted_prep import write_planted_prep
 
     write_planted_prep(str(tmp_path / "prep"), train_rows=4000, test_rows=500, shards=2)
     mark = f"CTRTEST_SIGNAL_TRAIN={uuid.uuid4().hex}"

@@ -8,9 +8,9 @@ import pytest
 
 from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS, transform_line
 from ctr_model.infer import load_model
-from ctr_volcano.serving.process import model_server
-from ctr_volcano.serving.v2 import V2Error, infer, infer_binary, rows_to_body
 from tests.serving_fixtures import raw_lines, serving_python, trained_model  # noqa: F401
+from tools.model_server import model_server
+from tools.v2_client import V2Error, infer, infer_binary, rows_to_body
 
 pytestmark = pytest.mark.slow       # a real training run (the shared fixture), a real server
 

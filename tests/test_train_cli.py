@@ -1,8 +1,8 @@
 """The ``train`` verb's argument handling (no gang is started: every case fails at the boundary)."""
 from __future__ import annotations
 
-from ctr_model.synthetic import write_planted_prep
 from ctr_volcano.app.cli.main import main
+from tools.planted_prep import write_planted_prep
 
 
 def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):

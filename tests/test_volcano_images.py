@@ -67,6 +67,27 @@ def test_build_commands_tag_the_images_the_code_names():
     assert images.TRAINER_IMAGE in docs and images.COMPONENT_IMAGE in docs
 
 
+def test_image_tags_follow_the_package_version_written_once():
+    """One place writes the version (ctr_volcano/version.py); setup.py reads it, every image tag is
+    it, so today's pipelines and those uploaded from 0.1.0 name different images."""
+    import subprocess
+
+    from ctr_volcano import __version__
+
+    assert {ref.rsplit(":", 1)[1] for ref in (images.TRAINER_IMAGE, images.COMPONENT_IMAGE,
+                                              images.SERVING_IMAGE)} == {__version__}
+    setup_py = (REPO / "setup.py").read_text()
+    assert "version=VERSION" in setup_py and __version__ not in setup_py
+    out = subprocess.run([sys.executable, "setup.py", "--version"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == __version__, out.stderr[-2000:]
+    literal = [str(p.relative_to(REPO)) for pkg in ("ctr_volcano", "ctr_model", "components", "pipelines")
+               for p in sorted((REPO / pkg).rglob("*.py")) if f'"{__version__}"' in p.read_text()]
+    assert literal == ["ctr_volcano/version.py"]
+    released = (REPO / "tests" / "released" / "0.1.0" / "train_ctr.yaml").read_text()
+    assert "ctr-component:0.1.0" in released and images.COMPONENT_IMAGE not in released
+
+
 def test_ctr_model_imports_only_what_the_trainer_image_has():
     stdlib = set(sys.stdlib_module_names)
     bad = []

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
-from ctr_volcano.training.volcano.client import KubeClient
+from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError, exit_code_of
+from ctr_volcano.training.api import RoleOutage, RoleRefused
+from ctr_volcano.training.volcano.client import KubeClient, WatchExpired
 from ctr_volcano.training.volcano.launcher import JobCancelled, VolcanoLauncher
 from ctr_volcano.training.volcano.manifest import build_job
 from ctr_volcano.training.volcano.rbac import allows
@@ -250,7 +251,8 @@ def test_failure_keeps_failed_pods_reason_exit_code_and_log_tail(fake, client, s
         launcher(client, spec, logs, tail_lines=2).run()
     err = exc.value
     assert (err.job, err.phase, err.role, err.exit_code) == (JOB, "Failed", "trainer", 3)
-    assert "ValueError: boom on attempt 1" in err.log_tail and "Traceback" not in err.log_tail  # tail_lines=2
+    # the failure that ended the Job is the last attempt's; tail_lines=2 keeps two lines of it
+    assert "ValueError: boom on attempt 2" in err.log_tail and "Traceback" not in err.log_tail
     pods = err.details["failed_pods"]
     assert [p["retry"] for p in pods] == [0, 1] and len({p["uid"] for p in pods}) == 2
     assert {p["role"] for p in pods} == {"trainer"}  # the pserver Volcano killed is not a cause
@@ -492,7 +494,8 @@ def test_stall_timeout_is_validated(spec, bad):
 
 def test_bad_input_exit_fails_in_one_line_naming_the_path_without_restarts(fake, client, spec):
     """A role that exits 2 (its mount unreachable) makes Volcano terminate the Job (the exitCode
-    policy); the step fails with the role's own error line, no traceback, no restart."""
+    policy); the step fails as bad input (exit 2, as on the local backend) with the role's own error
+    line, no traceback, no restart."""
     line = ("ctr-t-pserver-0: error: output directory /w/ctr-data/runs/j (CTR_OUTPUT_DIR) is "
             "unreachable: /w (mode 0700, owner 0:0) does not let uid 1000 traverse")
 
@@ -504,36 +507,68 @@ def test_bad_input_exit_fails_in_one_line_naming_the_path_without_restarts(fake,
     fake.script = [noop, lambda f: running(f, 0), pserver_bad_input,
                    lambda f: f.set_phase(NS, JOB, "Terminated", failed=1)]
     logs = []
-    with pytest.raises(TrainingJobFailed) as exc:
+    with pytest.raises(BadInput) as exc:
         launcher(client, spec, logs).run()
     err = exc.value
+    assert isinstance(err, RoleRefused) and not isinstance(err, TrainingJobFailed)
+    assert exit_code_of(err) == 2
     assert (err.phase, err.role, err.exit_code) == ("Terminated", "pserver", 2)
     assert str(err).splitlines() == [f"training job 'ctr-t' Terminated: pod ctr-t-pserver-0 exited 2: {line} "
                                      "(role pserver, exit code 2)"]
     assert err.details["retry_count"] == 0 and line in err.details["failed_pods"][0]["log_tail"]
+    assert not [x for x in logs if "restarted:" in x]
+
+
+def test_a_role_that_gives_up_on_an_outage_is_restarted_then_fails_the_step_as_an_outage(fake, client, spec):
+    """Exit 75 (a role gave up on an outage after its own retries) is not in the Job's terminate
+    policy: Volcano restarts the gang; when the outage outlasts every attempt the step's error is a
+    TransientError (exit 75), not a failed job and not the user's input."""
+    assert [p for p in build_job(spec)["spec"]["policies"] if "exitCode" in p] == [
+        {"exitCode": 2, "action": "TerminateJob"}]
+
+    def gives_up(retry):
+        def step(f):
+            f.log(NS, f"{JOB}-trainer-0", "trainer-0: error: the object store did not answer in 300 s")
+            f.finish_pod(NS, f"{JOB}-trainer-0", 75)
+            f.set_phase(NS, JOB, "Running", running=2, failed=1, retryCount=retry)
+        return step
+
+    fake.script = [noop, lambda f: running(f, 0), gives_up(0), lambda f: volcano_restarts(f, 1),
+                   lambda f: running(f, 1), gives_up(1),
+                   lambda f: (volcano_restarts(f, 2), f.set_phase(NS, JOB, "Failed", retryCount=2))]
+    logs = []
+    with pytest.raises(TransientError) as exc:
+        launcher(client, spec, logs).run()
+    err = exc.value
+    assert isinstance(err, RoleOutage) and exit_code_of(err) == 75
+    assert (err.role, err.exit_code) == ("trainer", 75) and "did not answer" in err.log_tail
+    assert len([x for x in logs if "restarted:" in x]) == 2 and err.details["retry_count"] == 2
 
 
 def test_the_pod_watch_resumes_across_a_lost_connection_and_restarts_after_a_refusal(spec):
     """The resume point survives a dropped connection (the API server restarting); a server
-    answer such as 410 Gone (the point is too old) makes the next watch start from now."""
-    import threading
-
-    from kubernetes.client.exceptions import ApiException
-
+    answer such as 410 Gone (the point is too old) makes the next watch start from now. Each error
+    is logged and counted."""
     calls = []
-    done = threading.Event()
 
     class Client:
         def watch_pods(self, namespace, selector, timeout_s, resource_version=None):
             calls.append(resource_version)
             if len(calls) == 1:
                 yield {"metadata": {"name": f"{JOB}-trainer-0", "resourceVersion": "7"}}
-                raise ConnectionResetError("the API server went away")
+                raise TransientError("watch pods: ConnectionResetError: the API server went away")
             if len(calls) == 2:
-                raise ApiException(status=410, reason="Gone")
-            done.set()
+                raise WatchExpired("watch pods: HTTP 410 Gone")
+            watch.stop()
             return
             yield
 
-    launcher(Client(), spec, [])._watch_pods(done)
+    logs = []
+    lch = launcher(Client(), spec, logs)
+    watch = lch.pod_watch
+    watch.retry_s = 0.01
+    watch.run()
     assert calls == [None, "7", None]
+    assert watch.counts() == {"transient": 1, "expired": 1}
+    said = [line for line in logs if "pod watch error" in line]
+    assert len(said) == 2 and "ConnectionResetError" in said[0] and "watching from now" in said[1], logs

@@ -1,6 +1,6 @@
 """Job manifests: render-job output against the real Volcano CRD schema, plus the webhook's checks.
 
-The CRD comes from the Volcano Go module (``ctr_volcano.training.volcano.crds``: ``go mod download`` into Go's
+The CRD comes from the Volcano Go module (``tests/crds.py``: ``go mod download`` into Go's
 module cache on first use); nothing from it is copied into the repo.
 """
 from __future__ import annotations

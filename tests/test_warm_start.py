@@ -12,10 +12,10 @@ import shutil
 import pytest
 
 from ctr_model.features import SCHEMA_VERSION
-from ctr_model.synthetic import write_planted_prep
 from ctr_model.warm_start import WARM_START_DIR, WarmStartError, check_compatible, read_init_model
 from ctr_volcano.errors import BadInput
 from ctr_volcano.training.local.backend import train_local
+from tools.planted_prep import write_planted_prep
 
 SMALL = {"fc_sizes": [32, 16], "embedding_dim": 4, "batch_size": 128, "learning_rate": 0.01,
          "progress_secs": 2.0, "sparse_shards": 4}

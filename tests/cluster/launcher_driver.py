@@ -3,7 +3,8 @@
 Used by the cancel and re-attach scenarios, which signal or kill the launcher process. Input is one
 JSON object on the command line: ``{"kubeconfig": ..., "spec": {TrainJobSpec fields}, "poll_s": ...}``
 with ``pserver_resources``/``trainer_resources`` given as ``Resources`` field dicts. Exit code: 0 on
-success, 3 when cancelled, 4 when the job failed; every launcher line goes to stdout.
+success, 3 when cancelled, 4 when the job failed (any error family: a failed job, a role that refused
+its input, an outage); every launcher line goes to stdout.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 
 
 def main(argv=None) -> int:
-    from ctr_volcano.errors import TrainingJobFailed
+    from ctr_volcano.errors import CtrError
     from ctr_volcano.training.volcano.client import KubeClient
     from ctr_volcano.training.volcano.launcher import JobCancelled, VolcanoLauncher
     from ctr_volcano.training.volcano.spec import Resources, TrainJobSpec
@@ -35,7 +36,7 @@ def main(argv=None) -> int:
     except JobCancelled as exc:
         print(f"DRIVER: cancelled: {exc}", flush=True)
         return 3
-    except TrainingJobFailed as exc:
+    except CtrError as exc:
         print(f"DRIVER: failed: {exc}", flush=True)
         return 4
     finally:

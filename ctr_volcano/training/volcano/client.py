@@ -1,11 +1,17 @@
 """A thin client for exactly the Kubernetes calls the launcher makes.
 
 Why a wrapper at all: the launcher's logic (re-attach, explain, collect) should see plain dicts and the
-product's two error families, not the ``kubernetes`` package's models and ``ApiException``. Every
-call here maps one API request; failures become :class:`~ctr_volcano.errors.TransientError`
-(connection errors, 429, 5xx: the caller retries with a bound) or :class:`~ctr_volcano.errors.BadInput`
-(403 names the missing RBAC rule, 404 on the Job resource means Volcano is not installed, 422 carries
-the API server's message). The verbs used are exactly those in :mod:`ctr_volcano.training.volcano.rbac`.
+product's error families, not the ``kubernetes`` package's models and ``ApiException``. Every call
+here maps one API request, and :func:`api_error` maps each failure by what it is:
+
+* :class:`~ctr_volcano.errors.TransientError` -- connection errors, 408, 429, 5xx, and a 409 that is a
+  write conflict (the object changed under the request): the caller retries with a bound;
+  :class:`WatchExpired` (410 Gone: a watch's resume point is too old) is one too;
+* :class:`~ctr_volcano.errors.BadInput` -- :class:`Forbidden` (401/403, naming the missing RBAC rule),
+  :class:`JobExists` (409 ``AlreadyExists`` on create), 404 on the Job resource (Volcano is not
+  installed), 422 (the API server's message).
+
+The verbs used are exactly those in :mod:`ctr_volcano.training.volcano.rbac`.
 
 ``kubernetes`` is imported lazily so that importing this module stays cheap.
 """
@@ -19,15 +25,37 @@ from ctr_volcano.errors import BadInput, TransientError
 from ctr_volcano.training.volcano.api_types import JOBS as _JOBS
 from ctr_volcano.training.volcano.api_types import PODGROUPS as _PODGROUPS
 
-__all__ = ["KubeClient", "JobExists", "in_cluster_namespace", "SERVICE_ACCOUNT_DIR"]
+__all__ = ["KubeClient", "JobExists", "Forbidden", "WatchExpired", "api_error", "in_cluster_namespace",
+           "SERVICE_ACCOUNT_DIR"]
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 _TRANSIENT_STATUS = {0, 408, 429, 500, 502, 503, 504}
 
 
-class JobExists(Exception):
-    """``create_job`` found a Job with that name already (HTTP 409)."""
+class JobExists(BadInput):
+    """``create_job`` found a Job with that name already (HTTP 409 ``AlreadyExists``).
+
+    Bad input where nobody catches it (the name is taken); the launcher catches it to re-attach to a
+    Job that another attempt of the same step created first."""
+
+    def __init__(self, what: str, message: str):
+        super().__init__("name", what, f"a Job of this name already exists ({message}); delete it or "
+                                       "choose another name")
+
+
+class Forbidden(BadInput):
+    """The API server refused the request (HTTP 401/403): this service account lacks a rule of the
+    launcher's Role. Right after an API outage a refusal can be transient (a restarted API server
+    refuses until its RBAC caches are filled): the launcher decides that, not this class."""
+
+    def __init__(self, what: str, status: int, message: str):
+        super().__init__("rbac", what, f"the API server refused ({status}: {message}); apply the Role "
+                                       "from `ctr-volcano rbac` to this service account")
+
+
+class WatchExpired(TransientError):
+    """A watch's resume point is too old (HTTP 410 Gone): the next watch must start from now."""
 
 
 def in_cluster_namespace(default: str = "default") -> str:
@@ -114,27 +142,16 @@ class KubeClient:
             status = int(exc.status or 0)
             if (status == 404 and not_found_ok) or status in none_on:
                 return None
-            if status == 409:
-                raise JobExists(what) from None
-            message = _api_message(exc)
-            if status in _TRANSIENT_STATUS:
-                raise TransientError(f"{what}: HTTP {status} {message}") from None
-            if status in (401, 403):
-                raise BadInput("rbac", what, f"the API server refused ({status}: {message}); apply the "
-                                             "Role from `ctr-volcano rbac` to this service account") from None
-            if status == 404:
-                raise BadInput("cluster", what, f"not found ({message}); is Volcano installed "
-                                                "(CRD jobs.batch.volcano.sh) and does the namespace exist?") from None
-            raise BadInput("job", what, f"the API server rejected it ({status}: {message})") from None
+            raise api_error(what, exc) from None
         except (HTTPError, OSError) as exc:
-            raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
+            raise api_error(what, exc) from None
 
     def _dict(self, obj: Any) -> Dict[str, Any]:
         return self.api_client.sanitize_for_serialization(obj)
 
     # ------------------------------------------------------------------ Volcano Jobs
     def create_job(self, job: Dict[str, Any]) -> Dict[str, Any]:
-        """POST the Job; raises :class:`JobExists` on 409."""
+        """POST the Job; raises :class:`JobExists` when one of that name exists."""
         ns = job["metadata"]["namespace"]
         return self._call(f"create jobs.batch.volcano.sh {ns}/{job['metadata']['name']}",
                           self._custom.create_namespaced_custom_object, *_JOBS[:2], ns, _JOBS[2], job)
@@ -183,9 +200,13 @@ class KubeClient:
         dicts). A poll can miss a state that lasts less than its period (a pod Failed and deleted by
         Volcano within a second); a watch sees each one. ``resource_version`` (the last pod's
         ``metadata.resourceVersion``) resumes where an earlier watch ended, so what changed between
-        the two is replayed, not lost; the API server answers 410 when that point is too old."""
+        the two is replayed, not lost; the API server answers 410 when that point is too old
+        (:class:`WatchExpired`). Errors are mapped as every other call's (:func:`api_error`)."""
         from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
+        what = f"watch pods {namespace} -l {label_selector}"
         since = {"resource_version": resource_version} if resource_version else {}
         w = watch.Watch()
         try:
@@ -195,6 +216,8 @@ class KubeClient:
                 if isinstance(event.get("object"), dict):   # an ERROR event carries a Status dict
                     continue
                 yield self._dict(event["object"])
+        except (ApiException, HTTPError, OSError) as exc:
+            raise api_error(what, exc) from None
         finally:
             w.stop()
 
@@ -222,8 +245,33 @@ class KubeClient:
         return self._dict(res).get("items") or []
 
 
-def _api_message(exc: Any) -> str:
+def api_error(what: str, exc: BaseException) -> Exception:
+    """The product's error for a failed request ``what``: an ``ApiException`` by its status (and for
+    409 by the Status reason), a connection error as transient. See the module docstring."""
+    status = int(getattr(exc, "status", None) or 0)
+    if not hasattr(exc, "status"):      # urllib3's HTTPError, OSError: no answer at all
+        return TransientError(f"{what}: {type(exc).__name__}: {exc}")
+    message, reason = _api_status(exc)
+    if status == 409:
+        if reason == "AlreadyExists" or "already exists" in message:
+            return JobExists(what, message)
+        return TransientError(f"{what}: HTTP 409 {message} (a conflicting write; try again)")
+    if status == 410:
+        return WatchExpired(f"{what}: HTTP 410 {message}")
+    if status in _TRANSIENT_STATUS:
+        return TransientError(f"{what}: HTTP {status} {message}")
+    if status in (401, 403):
+        return Forbidden(what, status, message)
+    if status == 404:
+        return BadInput("cluster", what, f"not found ({message}); is Volcano installed "
+                                         "(CRD jobs.batch.volcano.sh) and does the namespace exist?")
+    return BadInput("job", what, f"the API server rejected it ({status}: {message})")
+
+
+def _api_status(exc: Any) -> Tuple[str, str]:
+    """``(message, reason)`` of the API server's Status in ``exc``'s body (the HTTP reason if none)."""
     try:
-        return str(json.loads(exc.body).get("message") or exc.reason)
+        body = json.loads(exc.body)
+        return str(body.get("message") or exc.reason), str(body.get("reason") or "")
     except Exception:
-        return str(exc.reason or "")
+        return str(exc.reason or ""), ""

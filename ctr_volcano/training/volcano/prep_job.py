@@ -15,6 +15,11 @@ placed says why on its PodGroup. Why ``RestartPod`` on a failure: each worker's 
 rewrites its own files whole), so only the failed pod runs again, up to ``max_retry``; exit 2 (the
 input was refused: the worker left its :class:`~ctr_volcano.errors.BadInput` in the work directory)
 ends the Job at once.
+
+Watching a phase follows the training launcher's pattern (:mod:`.api_calls`): every API call is
+retried by error family (an API server restarting is waited out for ``api_outage_s``, then reported
+as an outage), every wait ends at once on SIGTERM/SIGINT, and the phase's Job is deleted on every
+way out, a signal included (then :class:`~ctr_volcano.errors.Interrupted` is raised).
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -31,8 +38,9 @@ from ctr_model.feature_spec import FeatureSpec
 from ctr_model.space import copy_tree
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.fanout import FanoutFailed, prep_fanout, raise_worker_error
-from ctr_volcano.errors import BadInput, TransientError
+from ctr_volcano.errors import BadInput, Interrupted, TransientError
 from ctr_volcano.training.params import DEFAULT_SCHEDULE_TIMEOUT_S
+from ctr_volcano.training.volcano.api_calls import ApiCalls, Cancelled
 from ctr_volcano.training.volcano.api_types import JOBS
 from ctr_volcano.training.volcano.diagnosis import podgroup_summary
 from ctr_volcano.training.volcano.handoff import RUNS_DIR, put_on_claim
@@ -69,6 +77,8 @@ class PrepPods:
     schedule_timeout_s: float = DEFAULT_SCHEDULE_TIMEOUT_S
     timeout_s: float = 24 * 3600.0
     poll_s: float = 2.0
+    api_outage_s: float = 120.0
+    cleanup_s: float = 15.0
     owner_references: Tuple[Mapping[str, Any], ...] = field(default=())
 
 
@@ -162,15 +172,33 @@ def prep_on_volcano(raw: str, train_out: str, test_out: str, config: PrepConfig,
 
 class VolcanoRunner:
     """Runs each fan-out phase as a Volcano Job and waits for all its pods (a
-    :class:`~ctr_volcano.data.prep.fanout.Runner`)."""
+    :class:`~ctr_volcano.data.prep.fanout.Runner`).
+
+    Args:
+        client: a :class:`~ctr_volcano.training.volcano.client.KubeClient` (or anything with its methods).
+        pods: where and how the pods run (``poll_s``, ``api_outage_s``, ``cleanup_s`` included).
+        log: progress sink.
+        clock: a monotonic clock (tests pass their own).
+        sleep: the wait between polls; default: one that :meth:`cancel` ends at once.
+        handle_signals: turn SIGTERM/SIGINT into :meth:`cancel` while a phase runs (main thread only).
+    """
 
     shared_dirs = True     # the pods run as their own UID
 
     def __init__(self, client: Any, pods: PrepPods, *, log: Callable[[str], None] = logger.info,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Optional[Callable[[float], None]] = None,
+                 handle_signals: bool = True):
         if not os.path.isabs(pods.mount_path):
             raise BadInput("pvc_mount_path", pods.mount_path, "give an absolute path, e.g. /mnt/ctr")
-        self.client, self.pods, self.log, self.clock, self.sleep = client, pods, log, clock, sleep
+        self.client, self.pods, self.log, self.clock = client, pods, log, clock
+        self.calls = ApiCalls(log, base_delay_s=pods.poll_s, max_retries=5, outage_s=pods.api_outage_s,
+                              clock=clock)
+        self.sleep = sleep or self.calls.sleep
+        self.handle_signals = handle_signals
+
+    def cancel(self, signum: int = signal.SIGTERM) -> None:
+        """Stop the phase now (thread- and signal-safe): its Job is deleted, :class:`Interrupted` raised."""
+        self.calls.cancel(signum)
 
     def run(self, phase: str, work: str, count: int) -> None:
         if not os.path.abspath(work).startswith(self.pods.mount_path.rstrip("/") + "/"):
@@ -178,42 +206,56 @@ class VolcanoRunner:
                            f"the prep work directory {work} must be on the claim the pods mount there")
         job = build_prep_job(self.pods, phase, work, count)
         name = job["metadata"]["name"]
+        restore = self._install_signal_handlers()
+        try:
+            self._run_job(job, phase, work, count)
+        except Cancelled as exc:
+            raise Interrupted(exc.signum or signal.SIGTERM,
+                              f"prep {phase}: Volcano Job {self.pods.namespace}/{name} deleted") from None
+        finally:
+            restore()
+
+    def _run_job(self, job: Dict[str, Any], phase: str, work: str, count: int) -> None:
+        name = job["metadata"]["name"]
         self._delete(name)      # a Job of an earlier, interrupted run of this step
-        self.client.create_job(job)
+        self.calls.call(self.client.create_job, job)
         self.log(f"prep {phase}: Volcano Job {self.pods.namespace}/{name} of {count} pods created")
         try:
             phase_now = self._wait(name)
             if phase_now not in _DONE:
                 self._raise_failure(name, phase, work, phase_now)
             self.log(f"prep {phase}: all {count} pods succeeded")
-        finally:
+        except Cancelled:
+            self._delete_now(name)
+            raise
+        except BaseException:
             self._delete(name)
+            raise
+        self._delete(name)
 
     def _wait(self, name: str) -> str:
         started = self.clock()
         while True:
-            job = self._get(name)
+            self.calls.check()
+            job = self.calls.call(self.client.get_job, self.pods.namespace, name)
             state = ((job or {}).get("status") or {}).get("state") or {}
             phase = str(state.get("phase") or "Pending")
             if phase in _DONE or phase in _FAILED:
                 return phase
             waited = self.clock() - started
             if phase == "Pending" and waited > self.pods.schedule_timeout_s:
-                uid = ((job or {}).get("metadata") or {}).get("uid")
-                pg_name = f"{name}-{uid}" if uid else name      # Volcano >= 1.9 names it so
-                reason, _ = podgroup_summary(self.client.get_podgroup(self.pods.namespace, pg_name) or {}, pg_name)
                 raise BadInput("prep pods", name, f"not scheduled within {self.pods.schedule_timeout_s:.0f} s "
-                                                  f"({reason}); give the queue room for the gang or fewer workers")
+                                                  f"({self._podgroup_reason(name, job)}); give the queue room "
+                                                  "for the gang or fewer workers")
             if waited > self.pods.timeout_s:
                 raise FanoutFailed(f"prep Job {name} still {phase} after {self.pods.timeout_s:.0f} s")
             self.sleep(self.pods.poll_s)
 
-    def _get(self, name: str) -> Optional[Dict[str, Any]]:
-        try:
-            return self.client.get_job(self.pods.namespace, name)
-        except TransientError as exc:       # the API server restarting: keep waiting
-            self.log(f"prep: reading Job {name}: {exc}; retrying")
-            return {"status": {"state": {"phase": "Running"}}}
+    def _podgroup_reason(self, name: str, job: Optional[Mapping[str, Any]]) -> str:
+        uid = ((job or {}).get("metadata") or {}).get("uid")
+        pg_name = f"{name}-{uid}" if uid else name      # Volcano >= 1.9 names it so
+        pg = self.calls.call(self.client.get_podgroup, self.pods.namespace, pg_name)
+        return podgroup_summary(pg or {}, pg_name)[0]
 
     def _raise_failure(self, name: str, phase: str, work: str, job_phase: str) -> None:
         failed = self._failed_pods(name)
@@ -225,17 +267,49 @@ class VolcanoRunner:
 
     def _failed_pods(self, name: str) -> List[Tuple[int, int, str]]:
         out = []
-        for pod in self.client.list_pods(self.pods.namespace, f"{LABEL_JOB}={name}"):
+        for pod in self.calls.call(self.client.list_pods, self.pods.namespace, f"{LABEL_JOB}={name}"):
             for status in (pod.get("status") or {}).get("containerStatuses") or []:
                 term = (status.get("state") or {}).get("terminated") or {}
                 if term and term.get("exitCode"):
-                    log = self.client.read_log(self.pods.namespace, pod["metadata"]["name"], tail_lines=5) or ""
+                    log = self._last_line(pod["metadata"]["name"])
                     index = int(pod["metadata"]["name"].rsplit("-", 1)[1])     # <job>-prep-<index>
-                    out.append((index, int(term["exitCode"]), log.strip().splitlines()[-1] if log.strip() else ""))
+                    out.append((index, int(term["exitCode"]), log))
         return sorted(out, key=lambda f: f[1] != EXIT_BAD_INPUT)
 
+    def _last_line(self, pod: str) -> str:
+        """A failed pod's last log line, best effort (an unreadable log never hides the failure)."""
+        try:
+            text = self.calls.call(self.client.read_log, self.pods.namespace, pod, tail_lines=5,
+                                   outage_s=0.0) or ""
+        except (TransientError, BadInput) as exc:
+            return f"(log unreadable: {exc})"
+        return text.strip().splitlines()[-1] if text.strip() else ""
+
     def _delete(self, name: str) -> None:
-        if self.client.delete_job(self.pods.namespace, name):
+        """Delete the phase's Job and wait until it is gone (60 s at most)."""
+        if self.calls.call(self.client.delete_job, self.pods.namespace, name):
             deadline = self.clock() + 60
-            while self.client.get_job(self.pods.namespace, name) is not None and self.clock() < deadline:
+            while self.calls.call(self.client.get_job, self.pods.namespace, name) is not None \
+                    and self.clock() < deadline:
                 self.sleep(self.pods.poll_s)
+
+    def _delete_now(self, name: str) -> None:
+        """After a cancel: delete the Job, waiting out an outage for ``cleanup_s`` at most, never raising."""
+        try:
+            self.calls.call(self.client.delete_job, self.pods.namespace, name, interruptible=False,
+                            outage_s=self.pods.cleanup_s, max_retries=0)
+            self.log(f"prep: cancelled; deleted Volcano Job {self.pods.namespace}/{name}")
+        except Exception as exc:  # cleanup must not hide the cancel
+            self.log(f"prep: cancelled; could not delete Volcano Job {self.pods.namespace}/{name}: {exc}")
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.signal(sig, lambda signum, _frame: self.cancel(signum))
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore

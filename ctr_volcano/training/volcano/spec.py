@@ -28,6 +28,7 @@ from ctr_volcano.util.k8s_syntax import (
     is_dns1123_subdomain,
     quantity_number,
 )
+from ctr_volcano.version import __version__
 
 __all__ = ["Resources", "PvcVolume", "TrainJobSpec", "role_resources", "DEFAULT_PS_PORT", "DEFAULT_GLOO_PORT",
            "DEFAULT_UID"]
@@ -259,7 +260,8 @@ class TrainJobSpec:
         if not is_dns1123_label(self.namespace):
             raise BadInput("namespace", self.namespace, "use an existing namespace's name (DNS-1123 label)")
         if not self.image or any(c.isspace() for c in self.image):
-            raise BadInput("image", self.image, "give the trainer image reference, e.g. registry/ctr-trainer:0.1.0")
+            raise BadInput("image", self.image, f"give the trainer image reference, e.g. "
+                                                f"registry/ctr-trainer:{__version__}")
 
     def _check_storage(self) -> None:
         """Init model, data and output: absolute paths on a shared volume, or s3:// URIs."""

@@ -17,17 +17,20 @@ included) differs from the one seen before, so node clocks are never compared wi
 whose log cannot be read gets the benefit of the doubt (its silence restarts), so a missing
 ``pods/log`` right never fails a healthy gang; the launcher reports that read error once.
 
-Pure logic with no I/O: the launcher feeds observations in, tests feed them with a fake clock.
+:class:`StallWatchdog` is pure logic with no I/O: the launcher feeds observations in, tests feed them
+with a fake clock. :func:`feed_heartbeats` and :func:`stall_error` read logs only through the
+``read_log`` callable they are given (the launcher's best-effort reader).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ctr_model.checks import is_positive
-from ctr_volcano.errors import BadInput
+from ctr_volcano.errors import BadInput, TrainingJobFailed
+from ctr_volcano.training.volcano.diagnosis import role_of
 
-__all__ = ["StallWatchdog", "Silent"]
+__all__ = ["StallWatchdog", "Silent", "feed_heartbeats", "stall_error"]
 
 
 @dataclass(frozen=True)
@@ -102,3 +105,41 @@ class StallWatchdog:
         """Seconds since ``pod``'s newest line changed, ``None`` if it is not watched."""
         beat = self._beats.get(pod)
         return None if beat is None else now - beat.changed_at
+
+
+def feed_heartbeats(watchdog: StallWatchdog, job: str, pods: List[Mapping[str, Any]],
+                    read_log: Callable[..., Optional[str]], now: float) -> List[Silent]:
+    """Feed the newest log line of every Running trainer of Job ``job`` to ``watchdog``; return the
+    silent ones."""
+    watched = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        name = meta.get("name") or ""
+        if role_of(job, pod) != "trainer" or meta.get("deletionTimestamp") \
+                or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        watched.append(name)
+        line = read_log(name, tail_lines=1, timestamps=True)
+        watchdog.observe(name, str(meta.get("uid") or name), None if line is None else line.strip(), now)
+    watchdog.keep_only(watched)
+    return watchdog.silent(now)
+
+
+def stall_error(job: str, silent: List[Silent], timeout_s: float, read_log: Callable[..., Optional[str]],
+                tail_lines: int, log: Callable[[str], None]) -> TrainingJobFailed:
+    """Keep the silent pods' log tails (before the Job and its logs go) and describe the stall."""
+    records: List[Dict[str, Any]] = []
+    for item in silent:
+        tail = read_log(item.pod, tail_lines=tail_lines) or ""
+        records.append({"pod": item.pod, "silent_s": item.silent_s, "last_line": item.last_line,
+                        "log_tail": tail})
+    names = ", ".join(f"{r['pod']} (silent {r['silent_s']:.1f}s)" for r in records)
+    log(f"[volcano] job {job}: no progress from {names}: no new log line for "
+        f"stall_timeout_s={timeout_s:g}; deleting the job")
+    return TrainingJobFailed(
+        job, "Stalled",
+        f"trainer pod(s) {names} made no progress (no new log line) for stall_timeout_s={timeout_s:g}; "
+        "the Job was deleted. A hung trainer or an unresponsive pserver; raise stall_timeout_s if "
+        "the trainers legitimately stay quiet longer",
+        role=records[0]["pod"], log_tail=records[0]["log_tail"],
+        details={"silent_pods": records, "stall_timeout_s": timeout_s})

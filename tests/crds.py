@@ -4,6 +4,9 @@ Manifests are validated against Volcano's own ``config/crd`` files, never a hand
 fetched the way the cluster tier gets its binaries: ``go mod download`` puts the pinned module into
 Go's module cache once (network on first use only), and every later call reads it from there.
 ``$CTR_VOLCANO_CRD_DIR`` points at another directory holding the same files instead.
+
+A test helper (it moved here from ``ctr_volcano.training.volcano.crds``): the product itself only
+validates against a CRD file its user names (``ctr-volcano render-job --check-crd FILE``).
 """
 from __future__ import annotations
 

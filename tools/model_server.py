@@ -14,7 +14,7 @@ from typing import Iterator
 
 __all__ = ["model_server", "free_port"]
 
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
