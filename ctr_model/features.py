@@ -50,6 +50,7 @@ import numpy as np
 
 from ctr_model.atomic import write_json
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
+from ctr_model.errors import BadInput
 
 __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
@@ -88,16 +89,22 @@ _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
 
 
-class SchemaMismatch(ValueError):
-    """A split directory was not written by a compatible prep (version, columns or buckets differ)."""
+class SchemaMismatch(BadInput):
+    """A split directory was not written by a compatible prep (version, columns or buckets differ):
+    bad input naming the field ``data``, the directory and the fix."""
+
+    def __init__(self, split_dir: str, fix: str):
+        super().__init__("data", split_dir, fix)
 
 
-class BadRow(ValueError):
-    """A raw Criteo line that cannot be transformed. ``reason`` is one short sentence."""
+class BadRow(BadInput):
+    """A raw field or line that cannot be transformed: bad input naming the ``row`` text (its first
+    40 characters). ``reason`` is one short sentence; prep counts the rejected lines by it."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, text: Union[str, bytes, None] = None):
         self.reason = reason
-        super().__init__(reason)
+        raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        super().__init__("row", raw if raw is None else raw[:40], reason)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,10 +146,10 @@ def parse_int_field(text: Union[str, bytes, None]) -> Optional[int]:
         return None
     m = _INT_RE.match(raw)
     if m is None:
-        raise BadRow(f"not an integer: {raw[:40].decode('utf-8', 'replace')!r}")
+        raise BadRow(f"not an integer: {raw[:40].decode('utf-8', 'replace')!r}", raw)
     x = int(m.group(1), 10) if m.group(1) is not None else int(m.group(2), 16)
     if not -(2 ** 63) <= x <= 2 ** 63 - 1:
-        raise BadRow(f"integer out of int64 range: {raw[:40].decode('utf-8', 'replace')!r}")
+        raise BadRow(f"integer out of int64 range: {raw[:40].decode('utf-8', 'replace')!r}", raw)
     return x
 
 
@@ -387,19 +394,19 @@ def transform_line(line: Union[str, bytes], hash_buckets: int = DEFAULT_HASH_BUC
     raw = raw.rstrip(b"\n").rstrip(b"\r")
     fields = raw.split(b"\t")
     if len(fields) != len(RAW_COLUMNS):
-        raise BadRow(f"wrong field count: {len(fields)} fields, expected {len(RAW_COLUMNS)}")
+        raise BadRow(f"wrong field count: {len(fields)} fields, expected {len(RAW_COLUMNS)}", raw)
     try:
         label = parse_int_field(fields[0])
     except BadRow:
         label = None
     if label not in (0, 1):
-        raise BadRow(f"label not 0/1: {fields[0][:40].decode('utf-8', 'replace')!r}")
+        raise BadRow(f"label not 0/1: {fields[0][:40].decode('utf-8', 'replace')!r}", raw)
     dense = np.zeros(NUM_DENSE, dtype=np.float32)
     for i, field in enumerate(fields[1:1 + NUM_DENSE]):
         try:
             dense[i] = dense_value(field)
         except BadRow as exc:
-            raise BadRow(f"non-integer in integer column {DENSE_COLUMNS[i]}: {exc.reason}") from None
+            raise BadRow(f"non-integer in integer column {DENSE_COLUMNS[i]}: {exc.reason}", raw) from None
     sparse = np.array([hash_value(f, j + 1, hash_buckets)
                        for j, f in enumerate(fields[1 + NUM_DENSE:])], dtype=np.int64)
     return int(label), dense, sparse
@@ -476,14 +483,13 @@ def read_split_schema(split_dir: str) -> Dict[str, Any]:
         with open(path) as fh:
             doc = json.load(fh)
     except FileNotFoundError:
-        raise SchemaMismatch(
-            f"{split_dir}: no {SCHEMA_FILE}, so this is not the output of a finished prep; "
-            f"run `ctr-volcano prep --input RAW --out DIR` and point at DIR/train or DIR/test"
-        ) from None
+        raise SchemaMismatch(split_dir, f"no {SCHEMA_FILE}, so this is not the output of a finished prep; "
+                                        f"run `ctr-volcano prep --input RAW --out DIR` and point at "
+                                        f"DIR/train or DIR/test") from None
     except (OSError, ValueError) as exc:
-        raise SchemaMismatch(f"{path}: unreadable ({exc}); re-run `ctr-volcano prep`") from None
+        raise SchemaMismatch(path, f"unreadable ({exc}); re-run `ctr-volcano prep`") from None
     if not isinstance(doc, dict):
-        raise SchemaMismatch(f"{path}: expected a JSON object; re-run `ctr-volcano prep`")
+        raise SchemaMismatch(path, "expected a JSON object; re-run `ctr-volcano prep`")
     return doc
 
 
@@ -505,8 +511,8 @@ def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None,
     """
     doc = check_schema_doc(read_split_schema(split_dir), split_dir, expected_buckets, any_spec)
     if not shard_files(split_dir):
-        raise SchemaMismatch(f"{split_dir}: {SCHEMA_FILE} present but no part-*.parquet shards; "
-                             f"re-run `ctr-volcano prep`")
+        raise SchemaMismatch(split_dir, f"{SCHEMA_FILE} present but no part-*.parquet shards; "
+                                        f"re-run `ctr-volcano prep`")
     return doc
 
 
@@ -521,21 +527,21 @@ def check_schema_doc(doc: Dict[str, Any], split_dir: str, expected_buckets: Opti
     """
     found = doc.get("schema_version")
     if found != SCHEMA_VERSION:
-        raise SchemaMismatch(
-            f"{split_dir}: schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
-            f"re-run `ctr-volcano prep` on the raw data with this version to regenerate it")
+        raise SchemaMismatch(split_dir, f"schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
+                                        f"re-run `ctr-volcano prep` on the raw data with this version to "
+                                        f"regenerate it")
     if not any_spec and expected_columns(doc) != list(RAW_COLUMNS):
-        raise SchemaMismatch(
-            f"{split_dir}: prepped with a {doc['feature_spec'].get('format')!r} feature spec "
-            f"(columns {expected_columns(doc)[:6]!r}...); training, evaluation and the scorer read "
-            f"the Criteo layout only so far: prep Criteo-format data (no --feature-spec) to train")
+        raise SchemaMismatch(split_dir, f"prepped with a {doc['feature_spec'].get('format')!r} feature spec "
+                                        f"(columns {expected_columns(doc)[:6]!r}...); training, evaluation "
+                                        f"and the scorer read the Criteo layout only so far: prep "
+                                        f"Criteo-format data (no --feature-spec) to train")
     if list(doc.get("columns") or []) != expected_columns(doc):
-        raise SchemaMismatch(
-            f"{split_dir}: columns {doc.get('columns')!r} differ from the expected "
-            f"{expected_columns(doc)!r}; re-run `ctr-volcano prep` to regenerate the data")
+        raise SchemaMismatch(split_dir, f"columns {doc.get('columns')!r} differ from the expected "
+                                        f"{expected_columns(doc)!r}; re-run `ctr-volcano prep` to "
+                                        f"regenerate the data")
     if expected_buckets is not None and doc.get("hash_buckets") != int(expected_buckets):
-        raise SchemaMismatch(
-            f"{split_dir}: hash_buckets {doc.get('hash_buckets')!r} found, expected "
-            f"{int(expected_buckets)}; set the model's hash_buckets to the data's, or re-run "
-            f"`ctr-volcano prep --hash-buckets {int(expected_buckets)}`")
+        raise SchemaMismatch(split_dir, f"hash_buckets {doc.get('hash_buckets')!r} found, expected "
+                                        f"{int(expected_buckets)}; set the model's hash_buckets to the "
+                                        f"data's, or re-run `ctr-volcano prep --hash-buckets "
+                                        f"{int(expected_buckets)}`")
     return doc

@@ -14,7 +14,10 @@ launcher, the credentials through a Secret reference)::
     AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY   the credentials
 
 Copies stream in fixed-size chunks (``COPY_CHUNK``), so memory stays bounded whatever the file size.
-Every failure is a :class:`StoreError` whose one-line message names the URI and the fix.
+Every failure has a one-line message naming the URI and the fix, in one of two families: a store that
+refuses (bad settings, credentials, a missing bucket or prefix) is a :class:`StoreError`, bad input;
+a store still unreachable or failing with 5xx once the retries are spent (:func:`retrying`) is a
+:class:`StoreUnreachable`, a transient outage, not the user's fault.
 """
 from __future__ import annotations
 
@@ -26,12 +29,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar
 from urllib.parse import urlparse
 
+from ctr_model.errors import BadInput, TransientError
 from ctr_model.space import NoSpace, free_bytes, is_enospc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["StoreError", "StoreConfig", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
+__all__ = ["StoreError", "StoreUnreachable", "StoreConfig", "check_endpoint", "check_addressing", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
            "ENV_ENDPOINT", "ENV_REGION", "ENV_RETRY", "RETRY_BUDGET_S", "retrying", "is_transient",
            "retry_budget_s", "copy_stream", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
            "UPLOAD_THREADS", "filesystem_for"]
@@ -63,8 +67,24 @@ _TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "co
               "failed to flush response stream")   # a GET cut off while SeaweedFS came back up
 
 
-class StoreError(ValueError):
-    """The object store refused or could not be reached; the message names the URI and the fix."""
+class StoreError(BadInput):
+    """The object store refused (bad settings, credentials, a missing bucket or prefix): bad input.
+
+    ``field`` is the URI's or variable's name, ``value`` its value; the fix names what to change.
+    """
+
+
+class StoreUnreachable(TransientError):
+    """The object store stayed unreachable (or kept answering 5xx) through the retries: an outage.
+
+    Attributes:
+        uri: the URI the failed operation was on.
+        why: one line naming the endpoint and what to check.
+    """
+
+    def __init__(self, uri: str, why: str):
+        self.uri, self.why = uri, why
+        super().__init__(f"{uri}: {why}")
 
 
 def is_uri(location: str) -> bool:
@@ -75,11 +95,11 @@ def is_uri(location: str) -> bool:
 def split_uri(uri: str) -> Tuple[str, str]:
     """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; refuses anything without a bucket."""
     if not is_uri(uri):
-        raise StoreError(f"{uri!r} is not an s3:// URI: use s3://BUCKET/PREFIX")
+        raise StoreError("uri", uri, "not an s3:// URI: use s3://BUCKET/PREFIX")
     rest = uri[len("s3://"):].strip("/")
     bucket, _, key = rest.partition("/")
     if not bucket:
-        raise StoreError(f"{uri!r} names no bucket: use s3://BUCKET/PREFIX")
+        raise StoreError("uri", uri, "names no bucket: use s3://BUCKET/PREFIX")
     return bucket, key
 
 
@@ -103,6 +123,7 @@ class StoreConfig:
         addressing: ``path`` (``host/bucket/key``: what in-cluster stores serve) or ``virtual``.
         access_key: access key id (from the Secret); empty for anonymous access.
         secret_key: secret access key.
+        retry_s: how long one operation keeps retrying a store that is down (:func:`retrying`).
         connect_timeout_s: per connection attempt, so an unreachable endpoint fails in seconds.
         request_timeout_s: per request.
     """
@@ -114,30 +135,53 @@ class StoreConfig:
     secret_key: str = ""
     connect_timeout_s: float = 3.0
     request_timeout_s: float = 60.0
+    retry_s: float = RETRY_BUDGET_S
 
     def __post_init__(self) -> None:
-        if self.endpoint:
-            parsed = urlparse(self.endpoint)
-            if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
-                raise StoreError(f"{ENV_ENDPOINT}={self.endpoint!r}: use http://HOST:PORT or "
-                                 f"https://HOST:PORT (the scheme switches TLS off/on)")
-        if self.addressing not in ADDRESSING:
-            raise StoreError(f"{ENV_ADDRESSING}={self.addressing!r}: use one of {', '.join(ADDRESSING)}")
+        check_endpoint(self.endpoint)
+        check_addressing(self.addressing)
         if bool(self.access_key) != bool(self.secret_key):
-            raise StoreError(f"only one of {ENV_ACCESS_KEY} and {ENV_SECRET_KEY} is set: set both "
-                             f"(from the same Secret) or neither")
+            unset, other = (ENV_SECRET_KEY, ENV_ACCESS_KEY) if self.access_key else (ENV_ACCESS_KEY, ENV_SECRET_KEY)
+            raise StoreError(unset, "", f"only {other} is set: set both (from the same Secret) or neither")
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "StoreConfig":
+        """The settings from the store's variables (module docstring) of ``env`` (default: this
+        process's); in a pod, :func:`ctr_model.contract.parse_role_env` calls it on the pod's."""
         env = os.environ if env is None else env
         return cls(endpoint=env.get(ENV_ENDPOINT, "").strip(),
                    region=env.get(ENV_REGION, "").strip() or "us-east-1",
                    addressing=env.get(ENV_ADDRESSING, "").strip() or "path",
-                   access_key=env.get(ENV_ACCESS_KEY, ""), secret_key=env.get(ENV_SECRET_KEY, ""))
+                   access_key=env.get(ENV_ACCESS_KEY, ""), secret_key=env.get(ENV_SECRET_KEY, ""),
+                   retry_s=retry_budget_s(env))
 
     def to_env(self) -> dict:
         """The non-secret variables (credentials travel separately, by Secret reference)."""
         return {ENV_ENDPOINT: self.endpoint, ENV_REGION: self.region, ENV_ADDRESSING: self.addressing}
+
+
+def check_endpoint(endpoint: str, field: str = ENV_ENDPOINT) -> None:
+    """Refuse an endpoint other than ``http(s)://HOST:PORT`` (empty: AWS itself), naming ``field``
+    (the variable, or the caller's parameter that set it).
+
+    Raises:
+        StoreError: naming ``field``, the endpoint and the fix.
+    """
+    if endpoint:
+        parsed = urlparse(endpoint)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
+            raise StoreError(field, endpoint, "use http://HOST:PORT or https://HOST:PORT (the scheme switches "
+                                              "TLS off/on)")
+
+
+def check_addressing(addressing: str, field: str = ENV_ADDRESSING) -> None:
+    """Refuse an addressing style other than ``path`` or ``virtual``, naming ``field``.
+
+    Raises:
+        StoreError: naming ``field``, the value and the fix.
+    """
+    if addressing not in ADDRESSING:
+        raise StoreError(field, addressing, f"use one of {', '.join(ADDRESSING)}")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -154,7 +198,7 @@ def retry_budget_s(env: Optional[Mapping[str, str]] = None) -> float:
     try:
         return float(raw) if raw else RETRY_BUDGET_S
     except ValueError:
-        raise StoreError(f"{ENV_RETRY}={raw!r}: give seconds, e.g. 60") from None
+        raise StoreError(ENV_RETRY, raw, "give seconds, e.g. 60") from None
 
 
 def retrying(what: str, call: Callable[[], T], budget_s: Optional[float] = None) -> T:
@@ -186,8 +230,10 @@ def retrying(what: str, call: Callable[[], T], budget_s: Optional[float] = None)
         return result
 
 
-def _explain(exc: BaseException, uri: str, config: StoreConfig) -> StoreError:
-    """One line naming the URI and the fix, from pyarrow's (AWS SDK's) multi-line message."""
+def _explain(exc: BaseException, uri: str, config: StoreConfig, field: str = "uri") -> Exception:
+    """One line naming the URI and the fix, from pyarrow's (AWS SDK's) multi-line message: a
+    :class:`StoreUnreachable` for a store that is down or failing (the retries are spent by now), a
+    :class:`StoreError` for one that refused."""
     text = " ".join(str(exc).split())
     low = text.lower()
     where = config.endpoint or "AWS S3"
@@ -200,13 +246,16 @@ def _explain(exc: BaseException, uri: str, config: StoreConfig) -> StoreError:
     elif any(s in low for s in ("couldn't connect", "could not connect", "connection refused",
                                 "timeout was reached", "timed out", "resolve host", "curl error",
                                 "network connection", "failed to connect")):
-        why = (f"cannot reach the store at {where}: check {ENV_ENDPOINT} (scheme, host, port) and "
-               f"that the server is up")
+        return StoreUnreachable(uri, f"cannot reach the store at {where}: check {ENV_ENDPOINT} (scheme, "
+                                     f"host, port) and that the server is up")
     elif isinstance(exc, FileNotFoundError):
         why = "no such object or prefix: check the URI (a prep output has train/schema.json)"
+    elif is_transient(exc):
+        return StoreUnreachable(uri, f"the store at {where} kept failing: {text[:300]}; check that it is up "
+                                     f"and not overloaded")
     else:
         why = f"the store at {where} failed: {text[:300]}"
-    return StoreError(f"{uri}: {why}")
+    return StoreError(field, uri, why)
 
 
 class Store:
@@ -236,25 +285,31 @@ class Store:
         return f"{bucket}/{key}" if key else bucket
 
     # -------------------------------------------------------------------------------- checks
-    def check_prefix(self, uri: str) -> None:
+    def check_prefix(self, uri: str, field: str = "uri") -> None:
         """Fail fast, with one line, unless the bucket is reachable with these credentials and
-        something exists under ``uri``."""
+        something exists under ``uri``; ``field`` is the caller's name for ``uri`` in the error.
+
+        Raises:
+            StoreError: naming ``field``: refused credentials, no such bucket, nothing there.
+            StoreUnreachable: the store stayed unreachable through the retries.
+        """
         from pyarrow import fs as pafs
 
         bucket, key = split_uri(uri)
         try:
             info = self.fs.get_file_info(bucket)
         except OSError as exc:
-            raise _explain(exc, uri, self.config) from None
+            raise _explain(exc, uri, self.config, field) from None
         if info.type == pafs.FileType.NotFound:
-            raise StoreError(f"{uri}: bucket {bucket!r} does not exist at "
-                             f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
-        if key and not self.exists(uri):
-            raise StoreError(f"{uri}: nothing under this prefix: check the URI (the output of "
-                             f"`ctr-volcano prep`, uploaded as is)")
+            raise StoreError(field, uri, f"bucket {bucket!r} does not exist at "
+                                         f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
+        if key and not self._exists(uri, field):
+            raise StoreError(field, uri, "nothing under this prefix: check the URI (the output of "
+                                         "`ctr-volcano prep`, uploaded as is)")
 
-    def check_bucket(self, uri: str) -> None:
-        """Fail fast unless the bucket of ``uri`` exists and the credentials may list it."""
+    def check_bucket(self, uri: str, field: str = "uri") -> None:
+        """Fail fast unless the bucket of ``uri`` exists and the credentials may list it (errors as
+        :meth:`check_prefix`'s)."""
         from pyarrow import fs as pafs
 
         bucket, _ = split_uri(uri)
@@ -263,19 +318,22 @@ class Store:
             if info.type != pafs.FileType.NotFound:
                 self.fs.get_file_info(pafs.FileSelector(bucket, recursive=False))
         except OSError as exc:
-            raise _explain(exc, uri, self.config) from None
+            raise _explain(exc, uri, self.config, field) from None
         if info.type == pafs.FileType.NotFound:
-            raise StoreError(f"{uri}: bucket {bucket!r} does not exist at "
-                             f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
+            raise StoreError(field, uri, f"bucket {bucket!r} does not exist at "
+                                         f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
 
     # ---------------------------------------------------------------------------------- reads
     def exists(self, uri: str) -> bool:
+        return self._exists(uri, "uri")
+
+    def _exists(self, uri: str, field: str) -> bool:
         from pyarrow import fs as pafs
 
         try:
             info = self._info(self.fs, self._path(uri))
         except OSError as exc:
-            raise _explain(exc, uri, self.config) from None
+            raise _explain(exc, uri, self.config, field) from None
         return info.type != pafs.FileType.NotFound
 
     def list(self, uri: str, recursive: bool = False) -> List[Tuple[str, bool]]:
@@ -298,7 +356,7 @@ class Store:
                 return fh.read()
 
         try:
-            return retrying(f"get {uri}", get)
+            return retrying(f"get {uri}", get, self.config.retry_s)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -324,19 +382,20 @@ class Store:
                 fh.write(data)
 
         try:
-            retrying(f"put {uri}", put)
+            retrying(f"put {uri}", put, self.config.retry_s)
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 
     def _copy(self, src_fs, src: str, dst_fs, dst: str) -> None:
         """:func:`copy_stream`, retried whole while the store is down (see :func:`retrying`)."""
-        retrying(f"copy {src} -> {dst}", lambda: copy_stream(src_fs, src, dst_fs, dst))
+        retrying(f"copy {src} -> {dst}", lambda: copy_stream(src_fs, src, dst_fs, dst), self.config.retry_s)
 
     def _info(self, fs, what: Any) -> Any:
         """``fs.get_file_info(what)``, retried while the store restarts (local files: once)."""
         if fs is self.local:
             return fs.get_file_info(what)
-        return retrying(f"list {getattr(what, 'base_dir', what)}", lambda: fs.get_file_info(what))
+        return retrying(f"list {getattr(what, 'base_dir', what)}", lambda: fs.get_file_info(what),
+                        self.config.retry_s)
 
     def _tree(self, fs, base: str) -> List[str]:
         """Relative paths of the files under ``base`` (``[""]`` when ``base`` is a file)."""
@@ -386,7 +445,7 @@ class Store:
                                            self.fs, f"{dst}/{rel}" if rel else dst) for rel in rels]:
                     future.result()
         except FileNotFoundError as exc:
-            raise StoreError(f"{local_path}: nothing to upload ({exc})") from None
+            raise StoreError("local_path", local_path, f"nothing to upload ({exc})") from None
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 
@@ -398,9 +457,9 @@ class Store:
         try:
             info = self._info(self.fs, path)
             if info.type == pafs.FileType.File:
-                retrying(f"delete {uri}", lambda: self.fs.delete_file(path))
+                retrying(f"delete {uri}", lambda: self.fs.delete_file(path), self.config.retry_s)
             elif info.type == pafs.FileType.Directory:
-                retrying(f"delete {uri}", lambda: self.fs.delete_dir(path))
+                retrying(f"delete {uri}", lambda: self.fs.delete_dir(path), self.config.retry_s)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -430,7 +489,8 @@ def copy_stream(src_fs, src: str, dst_fs, dst: str) -> None:
         out.close()
 
 
-def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tuple[Any, str]:
+def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None,
+                   field: str = "location") -> Tuple[Any, str]:
     """The pyarrow filesystem holding ``location``, and its path there.
 
     A local path is itself; an ``s3://`` (or KFP's ``minio://``) URI is on the store the ``CTR_S3_*``
@@ -439,7 +499,8 @@ def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tu
     and go to AWS); any other scheme pyarrow knows (``gs://``, ``hdfs://``) is pyarrow's.
 
     Raises:
-        StoreError: bad store settings, or a scheme pyarrow cannot open (names the URI).
+        StoreError: bad store settings (naming the variable), or a scheme pyarrow cannot open
+            (naming ``field``, the caller's name for ``location``, and the URI).
     """
     from pyarrow import fs as pafs
 
@@ -451,6 +512,6 @@ def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tu
     try:
         return pafs.FileSystem.from_uri(location)
     except Exception as exc:  # pyarrow raises ArrowInvalid/ValueError/OSError for unknown schemes
-        raise StoreError(f"{location}: cannot open it ({exc}); use a local path or an s3://, gs:// or "
-                         f"hdfs:// URI") from None
+        raise StoreError(field, location, f"cannot open it ({exc}); use a local path or an s3://, "
+                                               f"gs:// or hdfs:// URI") from None
 
