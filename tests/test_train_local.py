@@ -132,7 +132,7 @@ def test_taken_port_gives_a_clear_error(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "ctr_model.train"], env=_pod_env(tmp_path, "pserver", 0, port),
                               capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+    assert f"CTR_PS_PORT={port}: already in use on 127.0.0.1" in proc.stderr
 
 
 def test_missing_variables_are_named_and_refused(tmp_path):
@@ -161,7 +161,7 @@ def test_unresolvable_pserver_host_fails_clearly_after_a_bounded_wait(tmp_path, 
 
 
 def test_own_host_name_is_retried_until_it_resolves():
-    from ctr_model.train import resolve_own_host
+    from ctr_model.train.peers import resolve_own_host
 
     assert resolve_own_host("localhost", timeout_s=0) == "127.0.0.1"
     started = time.monotonic()
