@@ -8,7 +8,12 @@ One contract feeds both backends, so a local run exercises exactly the productio
   :func:`volcano_plugin_env` reproduces them for the local backend.
 * **The product's variables** (``CTR_*``), set by the launcher in each task's pod template:
   :func:`role_env`. They carry what Volcano cannot know: the role, ports, the data/output paths and the
-  training config.
+  training config; the backends add where a role's local disk is (``CTR_SCRATCH_DIR``,
+  ``CTR_CACHE_DIR``) and the object store's settings (:mod:`ctr_model.store_config`).
+
+In the pod, :func:`parse_role_env` is the one reader of all of them (the store's through
+:meth:`~ctr_model.store_config.StoreConfig.from_env` on the same environment): the role's modules get
+a :class:`RoleSpec` and read no variable themselves.
 
 Task names are the role names, ``pserver`` and ``trainer``, so the svc plugin's variables are
 ``VC_PSERVER_HOSTS`` and ``VC_TRAINER_HOSTS``.
@@ -27,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ctr_model.errors import EXIT_BAD_INPUT, BadInput
-from ctr_model.store import StoreConfig, StoreError, is_uri
+from ctr_model.store_config import StoreConfig, StoreError, is_uri
 
 __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
@@ -187,6 +192,10 @@ class ContractError(BadInput):
                          "whole contract.")
 
 
+def _default_cache_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), f"ctr-slots-{os.getuid()}")
+
+
 @dataclass(frozen=True)
 class RoleSpec:
     """Everything one pod knows about itself and its gang, parsed from the environment.
@@ -235,7 +244,7 @@ class RoleSpec:
     publish_timeout_s: float = 600.0
     pserver_wait_s: float = 600.0
     scratch_dir: str = field(default_factory=tempfile.gettempdir)
-    cache_dir: str = field(default_factory=lambda: _default_cache_dir())
+    cache_dir: str = field(default_factory=_default_cache_dir)
     store: Optional[StoreConfig] = None
 
     @property
@@ -253,10 +262,6 @@ class RoleSpec:
     @property
     def name(self) -> str:
         return f"{self.role}-{self.index}"
-
-
-def _default_cache_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"ctr-slots-{os.getuid()}")
 
 
 def _store_config(env: Mapping[str, str], locations: Sequence[str], bad: List[str]) -> Optional[StoreConfig]:

@@ -5,19 +5,12 @@ gang can then hand its data and results over S3 instead of a shared directory: t
 their own shards to local scratch, every role publishes what it wrote, and the next attempt resumes
 from what is in the store. Paddle itself only ever sees local paths.
 
-The client settings come from the environment, the same variables in every pod (set by the
-launcher, the credentials through a Secret reference)::
-
-    CTR_S3_ENDPOINT    http://host:port or https://host:port (scheme = TLS off/on); empty: AWS
-    CTR_S3_REGION      signing region (default us-east-1)
-    CTR_S3_ADDRESSING  path (default; MinIO, SeaweedFS) or virtual (bucket.host)
-    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY   the credentials
+The client's settings, the URIs and the two error families (a refusal is a :class:`StoreError`, bad
+input; an outage a :class:`StoreUnreachable`) are :mod:`ctr_model.store_config`'s, re-exported here.
 
 Copies stream in fixed-size chunks (``COPY_CHUNK``), so memory stays bounded whatever the file size.
-Every failure has a one-line message naming the URI and the fix, in one of two families: a store that
-refuses (bad settings, credentials, a missing bucket or prefix) is a :class:`StoreError`, bad input;
-a store still unreachable or failing with 5xx once the retries are spent (:func:`retrying`) is a
-:class:`StoreUnreachable`, a transient outage, not the user's fault.
+Every failure has a one-line message naming the URI and the fix; a store that stays unreachable
+through the retries (:func:`retrying`) is a :class:`StoreUnreachable`.
 """
 from __future__ import annotations
 
@@ -25,37 +18,42 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar
 from urllib.parse import urlparse
 
-from ctr_model.errors import BadInput, TransientError
 from ctr_model.space import NoSpace, free_bytes, is_enospc
+from ctr_model.store_config import (
+    ADDRESSING,
+    ENV_ACCESS_KEY,
+    ENV_ADDRESSING,
+    ENV_ENDPOINT,
+    ENV_REGION,
+    ENV_RETRY,
+    ENV_SECRET_KEY,
+    RETRY_BUDGET_S,
+    StoreConfig,
+    StoreError,
+    StoreUnreachable,
+    check_addressing,
+    check_endpoint,
+    is_uri,
+    join,
+    retry_budget_s,
+    split_uri,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["StoreError", "StoreUnreachable", "StoreConfig", "check_endpoint", "check_addressing", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
-           "ENV_ENDPOINT", "ENV_REGION", "ENV_RETRY", "RETRY_BUDGET_S", "retrying", "is_transient",
-           "retry_budget_s", "copy_stream", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
-           "UPLOAD_THREADS", "filesystem_for"]
+__all__ = ["StoreError", "StoreUnreachable", "StoreConfig", "check_endpoint", "check_addressing", "is_uri",
+           "split_uri", "join", "Store", "COPY_CHUNK", "ENV_ENDPOINT", "ENV_REGION", "ENV_RETRY", "RETRY_BUDGET_S",
+           "retrying", "is_transient", "retry_budget_s", "copy_stream", "ENV_ADDRESSING", "ENV_ACCESS_KEY",
+           "ENV_SECRET_KEY", "ADDRESSING", "UPLOAD_THREADS", "filesystem_for"]
 
-ENV_ENDPOINT = "CTR_S3_ENDPOINT"
-ENV_REGION = "CTR_S3_REGION"
-ENV_ADDRESSING = "CTR_S3_ADDRESSING"
-ENV_ACCESS_KEY = "AWS_ACCESS_KEY_ID"
-ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
-ADDRESSING = ("path", "virtual")
 #: Bytes per read/write when copying between the store and local files.
 COPY_CHUNK = 4 << 20
 #: Files uploaded at once (memory stays below UPLOAD_THREADS x COPY_CHUNK plus the SDK's buffers).
 UPLOAD_THREADS = 4
-#: How long one object's copy keeps retrying a store that is down or restarting (seconds; the
-#: ``CTR_S3_RETRY_S`` variable overrides it). A SeaweedFS restart took 12-32 s from kill to ready
-#: here (tests/test_store_faults.py, a loaded 2-core machine); one minute covers a restarted store
-#: pod without hiding a store that is gone for good.
-RETRY_BUDGET_S = 60.0
-ENV_RETRY = "CTR_S3_RETRY_S"
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.5, 8.0
 #: Words of pyarrow's (AWS SDK's) messages for a store that is down, restarting or overloaded.
 _TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "connection reset",
@@ -67,138 +65,12 @@ _TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "co
               "failed to flush response stream")   # a GET cut off while SeaweedFS came back up
 
 
-class StoreError(BadInput):
-    """The object store refused (bad settings, credentials, a missing bucket or prefix): bad input.
-
-    ``field`` is the URI's or variable's name, ``value`` its value; the fix names what to change.
-    """
-
-
-class StoreUnreachable(TransientError):
-    """The object store stayed unreachable (or kept answering 5xx) through the retries: an outage.
-
-    Attributes:
-        uri: the URI the failed operation was on.
-        why: one line naming the endpoint and what to check.
-    """
-
-    def __init__(self, uri: str, why: str):
-        self.uri, self.why = uri, why
-        super().__init__(f"{uri}: {why}")
-
-
-def is_uri(location: str) -> bool:
-    """Whether ``location`` is an ``s3://`` URI (anything else is a local path)."""
-    return isinstance(location, str) and location.startswith("s3://")
-
-
-def split_uri(uri: str) -> Tuple[str, str]:
-    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; refuses anything without a bucket."""
-    if not is_uri(uri):
-        raise StoreError("uri", uri, "not an s3:// URI: use s3://BUCKET/PREFIX")
-    rest = uri[len("s3://"):].strip("/")
-    bucket, _, key = rest.partition("/")
-    if not bucket:
-        raise StoreError("uri", uri, "names no bucket: use s3://BUCKET/PREFIX")
-    return bucket, key
-
-
-def join(uri: str, *parts: str) -> str:
-    """Join a URI and relative parts with ``/``."""
-    out = uri.rstrip("/")
-    for part in parts:
-        part = part.strip("/")
-        if part:
-            out += "/" + part
-    return out
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """How to reach the store.
-
-    Attributes:
-        endpoint: ``http(s)://host:port`` of an S3-compatible server; empty for AWS itself.
-        region: signing region (SeaweedFS and MinIO accept any; AWS needs the bucket's).
-        addressing: ``path`` (``host/bucket/key``: what in-cluster stores serve) or ``virtual``.
-        access_key: access key id (from the Secret); empty for anonymous access.
-        secret_key: secret access key.
-        retry_s: how long one operation keeps retrying a store that is down (:func:`retrying`).
-        connect_timeout_s: per connection attempt, so an unreachable endpoint fails in seconds.
-        request_timeout_s: per request.
-    """
-
-    endpoint: str = ""
-    region: str = "us-east-1"
-    addressing: str = "path"
-    access_key: str = ""
-    secret_key: str = ""
-    connect_timeout_s: float = 3.0
-    request_timeout_s: float = 60.0
-    retry_s: float = RETRY_BUDGET_S
-
-    def __post_init__(self) -> None:
-        check_endpoint(self.endpoint)
-        check_addressing(self.addressing)
-        if bool(self.access_key) != bool(self.secret_key):
-            unset, other = (ENV_SECRET_KEY, ENV_ACCESS_KEY) if self.access_key else (ENV_ACCESS_KEY, ENV_SECRET_KEY)
-            raise StoreError(unset, "", f"only {other} is set: set both (from the same Secret) or neither")
-
-    @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "StoreConfig":
-        """The settings from the store's variables (module docstring) of ``env`` (default: this
-        process's); in a pod, :func:`ctr_model.contract.parse_role_env` calls it on the pod's."""
-        env = os.environ if env is None else env
-        return cls(endpoint=env.get(ENV_ENDPOINT, "").strip(),
-                   region=env.get(ENV_REGION, "").strip() or "us-east-1",
-                   addressing=env.get(ENV_ADDRESSING, "").strip() or "path",
-                   access_key=env.get(ENV_ACCESS_KEY, ""), secret_key=env.get(ENV_SECRET_KEY, ""),
-                   retry_s=retry_budget_s(env))
-
-    def to_env(self) -> dict:
-        """The non-secret variables (credentials travel separately, by Secret reference)."""
-        return {ENV_ENDPOINT: self.endpoint, ENV_REGION: self.region, ENV_ADDRESSING: self.addressing}
-
-
-def check_endpoint(endpoint: str, field: str = ENV_ENDPOINT) -> None:
-    """Refuse an endpoint other than ``http(s)://HOST:PORT`` (empty: AWS itself), naming ``field``
-    (the variable, or the caller's parameter that set it).
-
-    Raises:
-        StoreError: naming ``field``, the endpoint and the fix.
-    """
-    if endpoint:
-        parsed = urlparse(endpoint)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
-            raise StoreError(field, endpoint, "use http://HOST:PORT or https://HOST:PORT (the scheme switches "
-                                              "TLS off/on)")
-
-
-def check_addressing(addressing: str, field: str = ENV_ADDRESSING) -> None:
-    """Refuse an addressing style other than ``path`` or ``virtual``, naming ``field``.
-
-    Raises:
-        StoreError: naming ``field``, the value and the fix.
-    """
-    if addressing not in ADDRESSING:
-        raise StoreError(field, addressing, f"use one of {', '.join(ADDRESSING)}")
-
-
 def is_transient(exc: BaseException) -> bool:
     """Whether a store error may pass when retried (down, restarting, overloaded), not a refusal."""
     if not isinstance(exc, OSError) or isinstance(exc, FileNotFoundError) or is_enospc(exc):
         return False
     low = " ".join(str(exc).split()).lower()
     return any(word in low for word in _TRANSIENT)
-
-
-def retry_budget_s(env: Optional[Mapping[str, str]] = None) -> float:
-    """``CTR_S3_RETRY_S`` (seconds), else :data:`RETRY_BUDGET_S`."""
-    raw = (os.environ if env is None else env).get(ENV_RETRY, "").strip()
-    try:
-        return float(raw) if raw else RETRY_BUDGET_S
-    except ValueError:
-        raise StoreError(ENV_RETRY, raw, "give seconds, e.g. 60") from None
 
 
 def retrying(what: str, call: Callable[[], T], budget_s: Optional[float] = None) -> T:

@@ -357,10 +357,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--seen", default="")
     args = parser.parse_args(argv)
+    from ctr_model.contract import parse_role_env
     from ctr_model.logs import setup_logging
 
     setup_logging()
-    ws = StoreWorkspace(args.uri, s3.Store(s3.StoreConfig.from_env()), root=args.root)
+    store = parse_role_env().store   # the pserver's environment, read by the contract as the pserver's was
+    assert store is not None, "the responder runs for an object-store output only"
+    ws = StoreWorkspace(args.uri, s3.Store(store), root=args.root)
     return _respond(ws, args.role, args.parent, args.interval, set(filter(None, args.seen.split(","))))
 
 

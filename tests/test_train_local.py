@@ -61,6 +61,7 @@ def test_two_by_two_learns_on_planted_data(planted, job_id, tmp_path):
     assert [e["epoch"] for e in m["epochs"]] == [1, 2]
     assert m["epochs"][0]["examples"] == 16_000                 # every row, no overlap, no loss
     assert m["epochs"][1]["examples_per_sec"] > 0
+    assert [e["progress_errors"] for e in m["epochs"]] == [0, 0]   # every progress read succeeded
     scorer = load_model(result.model_dir)
     ys, ps = zip(*scorer.predict_files(sorted(
         os.path.join(data, "test", f) for f in os.listdir(os.path.join(data, "test"))

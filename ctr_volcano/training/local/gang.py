@@ -45,7 +45,15 @@ from ctr_model.contract import (
     role_env,
     volcano_plugin_env,
 )
-from ctr_volcano.errors import BadInput, Interrupted, JobFailed, TrainingJobFailed, family_of, family_of_exit
+from ctr_volcano.errors import (
+    BadInput,
+    Interrupted,
+    JobFailed,
+    TrainingJobFailed,
+    TransientError,
+    family_of,
+    family_of_exit,
+)
 
 if TYPE_CHECKING:
     from ctr_model.workspace import Workspace
@@ -363,8 +371,11 @@ class LocalGang:
         from ctr_model.workspace import open_workspace, stop_written_since
 
         if self._workspace is None:
-            self._workspace = open_workspace(self.spec.output_dir,
-                                             {**os.environ, **self.spec.extra_env})
+            try:
+                self._workspace = open_workspace(self.spec.output_dir,
+                                                 {**os.environ, **self.spec.extra_env})
+            except TransientError:   # the store is down: the pserver's exit counts as a failure
+                return False
         return stop_written_since(self._workspace, self._t_attempt)
 
     def _fail(self, phase: str, proc: _Proc, reason: str, code: Optional[int]) -> TrainingJobFailed:
