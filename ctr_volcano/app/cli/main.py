@@ -71,7 +71,7 @@ def _raise_interrupted(signum: int, _frame: object) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from ctr_volcano.errors import CtrVolcanoError
+    from ctr_volcano.errors import CtrVolcanoError, Interrupted, exit_code_of
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -86,12 +86,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.debug:
             raise
         print(f"ctr-volcano {args.command}: error: {_in_flag_terms(exc, args)}", file=sys.stderr)
-        return 2
+        return exit_code_of(exc)
     except KeyboardInterrupt as exc:
         detail = str(exc)
         print(f"ctr-volcano {args.command}: interrupted" + (f" ({detail})" if detail else ""),
               file=sys.stderr)
-        return int(getattr(exc, "exit_code", 130))
+        return exit_code_of(exc) if isinstance(exc, Interrupted) else 130
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
