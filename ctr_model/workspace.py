@@ -358,12 +358,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seen", default="")
     args = parser.parse_args(argv)
     from ctr_model.contract import parse_role_env
+    from ctr_model.errors import exit_code_of
     from ctr_model.logs import setup_logging
 
     setup_logging()
-    store = parse_role_env().store   # the pserver's environment, read by the contract as the pserver's was
-    assert store is not None, "the responder runs for an object-store output only"
-    ws = StoreWorkspace(args.uri, s3.Store(store), root=args.root)
+    try:
+        store = parse_role_env().store   # the pserver's environment, read by the contract as the pserver's was
+        assert store is not None, "the responder runs for an object-store output only"
+        ws = StoreWorkspace(args.uri, s3.Store(store), root=args.root)
+    except Exception as exc:
+        logger.error("%s: error: publish responder: %s", args.role, exc)
+        return exit_code_of(exc)
     return _respond(ws, args.role, args.parent, args.interval, set(filter(None, args.seen.split(","))))
 
 
