@@ -23,6 +23,7 @@ from ctr_model.defaults import (
     DEFAULT_LEARNING_RATE,
     DEFAULT_MODEL,
 )
+from ctr_model.errors import BadInput
 from ctr_model.models import FAMILIES, validate_model_config
 
 __all__ = ["ConfigError", "TrainConfig", "OPTIMIZERS", "READERS"]
@@ -31,14 +32,12 @@ OPTIMIZERS = ("adam",)
 READERS = ("auto", "inmemory", "queue", "stream")
 
 
-class ConfigError(ValueError):
-    """A training config field is invalid; the message names the field, the value and the fix."""
+class ConfigError(BadInput):
+    """A training config field is invalid (bad input): ``field`` is ``config.<name>`` (``config`` for
+    the whole config), and the message names it, the value and the fix."""
 
-    def __init__(self, field: str, value: Any, fix: str):
-        self.field = field
-        self.value = value
-        self.fix = fix
-        super().__init__(f"TrainConfig.{field}={value!r}: {fix}")
+    def __init__(self, name: str, value: Any, fix: str):
+        super().__init__(f"config.{name}" if name else "config", value, fix)
 
 
 @dataclass(frozen=True)
@@ -150,7 +149,7 @@ class TrainConfig:
         if isinstance(data, TrainConfig):
             return data
         if not isinstance(data, Mapping):
-            raise ConfigError("<config>", data, "pass a JSON object / dict of TrainConfig fields")
+            raise ConfigError("", data, "pass a JSON object / dict of TrainConfig fields")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -167,7 +166,7 @@ class TrainConfig:
         try:
             data = json.loads(text) if text.strip() else {}
         except json.JSONDecodeError as exc:
-            raise ConfigError("<config>", text[:80], f"not valid JSON ({exc})") from None
+            raise ConfigError("", text[:80], f"not valid JSON ({exc})") from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict:

@@ -8,7 +8,12 @@ One contract feeds both backends, so a local run exercises exactly the productio
   :func:`volcano_plugin_env` reproduces them for the local backend.
 * **The product's variables** (``CTR_*``), set by the launcher in each task's pod template:
   :func:`role_env`. They carry what Volcano cannot know: the role, ports, the data/output paths and the
-  training config.
+  training config; the backends add where a role's local disk is (``CTR_SCRATCH_DIR``,
+  ``CTR_CACHE_DIR``) and the object store's settings (:mod:`ctr_model.store_config`).
+
+In the pod, :func:`parse_role_env` is the one reader of all of them (the store's through
+:meth:`~ctr_model.store_config.StoreConfig.from_env` on the same environment): the role's modules get
+a :class:`RoleSpec` and read no variable themselves.
 
 Task names are the role names, ``pserver`` and ``trainer``, so the svc plugin's variables are
 ``VC_PSERVER_HOSTS`` and ``VC_TRAINER_HOSTS``.
@@ -21,16 +26,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ctr_model.defaults import DEFAULT_GLOO_PORT, DEFAULT_PS_PORT
+from ctr_model.errors import EXIT_BAD_INPUT, BadInput
+from ctr_model.store_config import StoreConfig, StoreError, is_uri
 
 __all__ = [
     "PSERVER", "TRAINER", "ROLES", "DEFAULT_VOLCANO_DIR",
     "ENV_ROLE", "ENV_PS_PORT", "ENV_PS_PORT_STRIDE", "ENV_GLOO_PORT", "ENV_DATA_DIR",
     "ENV_OUTPUT_DIR", "ENV_TRAIN_CONFIG", "ENV_JOB_ID", "ENV_VOLCANO_DIR", "ENV_PSERVERS",
-    "ENV_TRAINERS", "ENV_INIT_MODEL", "ENV_DNS_WAIT", "ENV_PUBLISH_TIMEOUT", "ENV_PSERVER_WAIT", "EXIT_BAD_INPUT",
+    "ENV_TRAINERS", "ENV_INIT_MODEL", "ENV_DNS_WAIT", "ENV_PUBLISH_TIMEOUT", "ENV_PSERVER_WAIT", "ENV_SCRATCH_DIR",
+    "ENV_CACHE_DIR", "EXIT_BAD_INPUT",
     "GangContract", "role_env", "volcano_plugin_env", "host_file_contents",
     "ContractError", "RoleSpec", "parse_role_env", "paddle_env",
 ]
@@ -38,10 +48,6 @@ __all__ = [
 PSERVER = "pserver"
 TRAINER = "trainer"
 ROLES = (PSERVER, TRAINER)
-
-#: A role's exit code for a deterministic input error (contract, config, data): restarting the gang
-#: cannot help, so supervisors fail at once instead of retrying.
-EXIT_BAD_INPUT = 2
 
 #: Where Volcano's svc plugin mounts the host files.
 DEFAULT_VOLCANO_DIR = "/etc/volcano"
@@ -61,6 +67,8 @@ ENV_INIT_MODEL = "CTR_INIT_MODEL"          # optional: exported model to warm-st
 ENV_DNS_WAIT = "CTR_DNS_WAIT_S"            # optional: seconds to wait for host names (default 120)
 ENV_PUBLISH_TIMEOUT = "CTR_PUBLISH_TIMEOUT_S"  # optional: trainer 0's wait for the pservers' uploads (600)
 ENV_PSERVER_WAIT = "CTR_PSERVER_WAIT_S"    # optional: a trainer's wait for the pservers to serve (600)
+ENV_SCRATCH_DIR = "CTR_SCRATCH_DIR"        # optional: local scratch of object-store runs (default: temp dir)
+ENV_CACHE_DIR = "CTR_CACHE_DIR"            # optional: trainers' slot-text cache (default: temp dir)
 
 
 @dataclass(frozen=True)
@@ -168,8 +176,25 @@ def volcano_plugin_env(role: str, index: int, hosts: Mapping[str, Sequence[str]]
 # The pod side: parse and validate the contract in one place, then derive Paddle's variables.
 # ------------------------------------------------------------------------------------------------
 
-class ContractError(ValueError):
-    """The pod's environment does not satisfy the contract; names what is missing and the fix."""
+class ContractError(BadInput):
+    """The pod's environment does not satisfy the contract (bad input): ``field`` is
+    ``environment``, ``value`` the offending variables, and the fix lists what each lacks."""
+
+    def __init__(self, missing: Sequence[str], bad: Sequence[str]):
+        parts = []
+        if missing:
+            parts.append("missing: " + "; ".join(missing))
+        if bad:
+            parts.append("invalid: " + "; ".join(bad))
+        names = [m.group() for m in (re.match(r"[A-Z][A-Z0-9_]*", p) for p in [*missing, *bad]) if m]
+        super().__init__("environment", names,
+                         "the pod's environment is half-configured, refusing to start (" + " | ".join(parts)
+                         + "). Launch it through ctr-volcano (local or Volcano backend), which sets the "
+                         "whole contract.")
+
+
+def _default_cache_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), f"ctr-slots-{os.getuid()}")
 
 
 @dataclass(frozen=True)
@@ -196,6 +221,12 @@ class RoleSpec:
             the object-store hand-off (``CTR_PUBLISH_TIMEOUT_S``).
         pserver_wait_s: how long a trainer waits for pserver 0's rendezvous server and for every
             pserver to accept connections before it fails (``CTR_PSERVER_WAIT_S``).
+        scratch_dir: where a role of an object-store run makes its own working directory
+            (``CTR_SCRATCH_DIR``: an emptyDir on a cluster; default the temp directory).
+        cache_dir: where a trainer converts its shards to slot text (``CTR_CACHE_DIR``; default
+            ``ctr-slots-<uid>`` in the temp directory).
+        store: the object store's settings (:meth:`ctr_model.store.StoreConfig.from_env`, read from
+            the same environment) when the data, the output or the init model is an ``s3://`` URI.
     """
 
     role: str
@@ -213,6 +244,9 @@ class RoleSpec:
     dns_wait_s: float = 120.0
     publish_timeout_s: float = 600.0
     pserver_wait_s: float = 600.0
+    scratch_dir: str = field(default_factory=tempfile.gettempdir)
+    cache_dir: str = field(default_factory=_default_cache_dir)
+    store: Optional[StoreConfig] = None
 
     @property
     def pservers(self) -> int:
@@ -229,6 +263,17 @@ class RoleSpec:
     @property
     def name(self) -> str:
         return f"{self.role}-{self.index}"
+
+
+def _store_config(env: Mapping[str, str], locations: Sequence[str], bad: List[str]) -> Optional[StoreConfig]:
+    """The object store's settings when one of ``locations`` is in it (``None`` otherwise)."""
+    if not any(is_uri(loc) for loc in locations):
+        return None
+    try:
+        return StoreConfig.from_env(env)
+    except StoreError as exc:
+        bad.append(str(exc))
+        return None
 
 
 def _read_hosts(task: str, env: Mapping[str, str], missing: List[str]) -> Tuple[str, ...]:
@@ -343,21 +388,18 @@ def parse_role_env(environ: Optional[Mapping[str, str]] = None) -> RoleSpec:
     dns_wait_s = _seconds_var(env, ENV_DNS_WAIT, 120.0, bad)
     publish_timeout_s = _seconds_var(env, ENV_PUBLISH_TIMEOUT, 600.0, bad)
     pserver_wait_s = _seconds_var(env, ENV_PSERVER_WAIT, 600.0, bad)
+    init_model = env.get(ENV_INIT_MODEL, "").strip()
+    store = _store_config(env, (data_dir, output_dir, init_model), bad)
     if missing or bad:
-        parts = []
-        if missing:
-            parts.append("missing: " + "; ".join(missing))
-        if bad:
-            parts.append("invalid: " + "; ".join(bad))
-        raise ContractError("the pod's environment is half-configured, refusing to start ("
-                            + " | ".join(parts) + "). Launch it through ctr-volcano (local or Volcano "
-                            "backend), which sets the whole contract.")
+        raise ContractError(missing, bad)
     return RoleSpec(role=role, index=index, job_id=job_id, pserver_hosts=pserver_hosts,
                     trainer_hosts=trainer_hosts, ps_port=ps_port, ps_port_stride=stride,
                     gloo_port=gloo_port, data_dir=data_dir, output_dir=output_dir,
                     train_config_json=env.get(ENV_TRAIN_CONFIG, "") or "{}",
-                    init_model=env.get(ENV_INIT_MODEL, "").strip(), dns_wait_s=dns_wait_s,
-                    publish_timeout_s=publish_timeout_s, pserver_wait_s=pserver_wait_s)
+                    init_model=init_model, dns_wait_s=dns_wait_s, publish_timeout_s=publish_timeout_s,
+                    pserver_wait_s=pserver_wait_s,
+                    scratch_dir=env.get(ENV_SCRATCH_DIR, "").strip() or tempfile.gettempdir(),
+                    cache_dir=env.get(ENV_CACHE_DIR, "").strip() or _default_cache_dir(), store=store)
 
 
 def paddle_env(spec: RoleSpec) -> Dict[str, str]:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Literal, Optional, Sequence, overload
 
+from ctr_model.errors import BadInput
 from ctr_model.feature_spec import FeatureSpec, split_spec
 from ctr_model.features import (
     DENSE_COLUMNS,
@@ -24,13 +25,15 @@ from ctr_model.features import (
     shard_files,
 )
 
-__all__ = ["DataError", "SplitInfo", "split_dir_of", "resolve_split", "check_enough_shards", "assign_shards",
+__all__ = ["DataError", "SplitInfo", "split_dir_of", "resolve_split", "check_enough_shards", "check_test_split",
+           "assign_shards",
            "parquet_to_slots", "spec_to_slots", "slot_columns", "slot_tables", "write_slots", "convert_shards",
            "trainable_features"]
 
 
-class DataError(ValueError):
-    """The training data is missing or does not match the schema; names the path and the fix."""
+class DataError(BadInput):
+    """The training data is missing or does not match the schema (bad input): ``field`` is ``data``
+    (or ``trainers``, ``hash_buckets``), ``value`` the path (or the count), and the fix."""
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,6 @@ class SplitInfo:
     features: Optional[FeatureSpec] = None   # the data's feature spec; None: the Criteo layout
 
 
-def _check_schema(split_dir: str) -> dict:
-    try:
-        return check_split_schema(split_dir, any_spec=True)
-    except (ValueError, OSError) as exc:     # features.SchemaMismatch and friends
-        raise DataError(str(exc)) from None
-
-
 def trainable_features(schema: dict, where: str) -> Optional[FeatureSpec]:
     """The feature spec a split's ``schema.json`` carries, if the trainer can train it (``None``
     for the Criteo layout): at least one dense feature feeds the dense slot.
@@ -61,12 +57,12 @@ def trainable_features(schema: dict, where: str) -> Optional[FeatureSpec]:
     try:
         spec = split_spec(schema)
     except ValueError as exc:
-        raise DataError(f"{where}: {exc}; re-run `ctr-volcano prep` with the spec") from None
+        raise DataError("data", where, f"{exc}; re-run `ctr-volcano prep` with the spec") from None
     if spec.is_criteo:
         return None
     if not spec.dense:
-        raise DataError(f"{where}: the feature spec has no dense feature; the trainer needs at least "
-                        f"one: add a numeric column to dense")
+        raise DataError("data", where, "the feature spec has no dense feature; the trainer needs at least "
+                                       "one: add a numeric column to dense")
     return spec
 
 
@@ -98,14 +94,14 @@ def resolve_split(data_dir: str, split: str = "train") -> Optional[SplitInfo]:
     """
     path = split_dir_of(data_dir, split, accept_self=split == "train")
     if path is None and split == "train":
-        raise DataError(f"data dir {data_dir!r} has neither train/ nor {SCHEMA_FILE}: pass the "
-                        f"output directory of `ctr-volcano prep`")
+        raise DataError("data", data_dir, f"has neither train/ nor {SCHEMA_FILE}: pass the output "
+                                          f"directory of `ctr-volcano prep`")
     if path is None:
         return None
-    schema = _check_schema(path)
+    schema = check_split_schema(path, any_spec=True)
     files = shard_files(path)
     if not files:
-        raise DataError(f"{path} has no part-*.parquet shards: re-run `ctr-volcano prep`")
+        raise DataError("data", path, "no part-*.parquet shards: re-run `ctr-volcano prep`")
     return SplitInfo(path=path, hash_buckets=int(schema.get("hash_buckets", 0)),
                      rows=int(schema.get("rows", -1)), files=tuple(files),
                      features=trainable_features(schema, path))
@@ -118,8 +114,26 @@ def check_enough_shards(where: str, n_shards: int, trainers: int) -> None:
         DataError: names the split, both counts and the two fixes.
     """
     if n_shards < trainers:
-        raise DataError(f"{where} has only {n_shards} shard(s) for {trainers} trainers; use at most "
-                        f"{n_shards} trainers or re-run prep with at least {trainers} shards")
+        raise DataError("trainers", trainers, f"{where} has only {n_shards} shard(s) for {trainers} trainers; "
+                                              f"use at most {n_shards} trainers or re-run prep with at "
+                                              f"least {trainers} shards")
+
+
+def check_test_split(data_dir: str, train: SplitInfo) -> Optional[SplitInfo]:
+    """The prep dir's ``test/`` split, validated against ``train`` (``None`` if there is none).
+
+    Trainer 0 scores it after training, so a bad one must fail before training starts: both the SDK's
+    boundary checks and the trainers call this.
+
+    Raises:
+        DataError, SchemaMismatch: the test split is unreadable, of another schema version, or hashed
+            differently.
+    """
+    test = resolve_split(data_dir, "test")
+    if test is not None and test.hash_buckets != train.hash_buckets:
+        raise DataError("data", test.path, f"hashed into {test.hash_buckets} buckets but {train.path} into "
+                                           f"{train.hash_buckets}: re-run `ctr-volcano prep` to write both splits")
+    return test
 
 
 def assign_shards(files: Sequence[str], trainer: int, trainers: int) -> List[str]:
@@ -167,11 +181,11 @@ def slot_columns(where: str, names: Sequence[str], spec: Optional[FeatureSpec]) 
     if spec is None or spec.is_criteo:
         missing = [c for c in RAW_COLUMNS if c not in names]
         if missing:
-            raise DataError(f"{where}: columns {missing[:5]} missing: re-run `ctr-volcano prep`")
+            raise DataError("data", where, f"columns {missing[:5]} missing: re-run `ctr-volcano prep`")
         return list(RAW_COLUMNS)
     missing = [c for c in spec.output_columns if c not in names]
     if missing:
-        raise DataError(f"{where}: columns {missing[:5]} missing: re-run `ctr-volcano prep` with the spec")
+        raise DataError("data", where, f"columns {missing[:5]} missing: re-run `ctr-volcano prep` with the spec")
     return list(spec.output_columns)
 
 
@@ -226,20 +240,20 @@ def _criteo_slot_table(batch, src: str, hash_buckets: int):
     for name in (LABEL,) + SPARSE_COLUMNS:
         col = batch.column(name)
         if col.null_count:
-            raise DataError(f"{src}: column {name} has {col.null_count} nulls: prep must fill them")
+            raise DataError("data", src, f"column {name} has {col.null_count} nulls: prep must fill them")
         lo, hi = pc.min_max(col).values()
         if name == LABEL:
             if lo.as_py() < 0 or hi.as_py() > 1:
-                raise DataError(f"{src}: label outside 0/1 ({lo}..{hi}): fix the input data")
+                raise DataError("data", src, f"label outside 0/1 ({lo}..{hi}): fix the input data")
         elif lo.as_py() < 0 or hi.as_py() >= hash_buckets:
-            raise DataError(f"{src}: {name} ids {lo}..{hi} outside [0, {hash_buckets}): "
-                            f"hash_buckets of the config and of prep differ")
+            raise DataError("data", src, f"{name} ids {lo}..{hi} outside [0, {hash_buckets}): "
+                                         f"hash_buckets of the config and of prep differ")
         arrays += [one, col]
     arrays.append(pa.array(np.full(n, NUM_DENSE, dtype=np.int8)))
     for name in DENSE_COLUMNS:
         col = batch.column(name)
         if col.null_count or pc.any(pc.is_nan(col)).as_py():
-            raise DataError(f"{src}: dense column {name} has nulls/NaN: prep must transform them")
+            raise DataError("data", src, f"dense column {name} has nulls/NaN: prep must transform them")
         arrays.append(col)
     return pa.Table.from_arrays(arrays, names=out_names)
 
@@ -254,8 +268,8 @@ def _spec_slot_table(batch, src: str, hash_buckets: int, spec: FeatureSpec):
         flat = col.values if c.multivalued else col
         if col.null_count or (len(flat) and (pc.min(flat).as_py() < 0
                                              or pc.max(flat).as_py() >= hash_buckets)):
-            raise DataError(f"{src}: {c.name} has nulls or ids outside [0, {hash_buckets}): "
-                            f"re-run `ctr-volcano prep` with the spec")
+            raise DataError("data", src, f"{c.name} has nulls or ids outside [0, {hash_buckets}): "
+                                         f"re-run `ctr-volcano prep` with the spec")
         if c.multivalued:
             parts += [pc.cast(pc.list_value_length(col), pa.string()),
                       pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")]

@@ -13,7 +13,15 @@ belong to the same three families, and callers decide what to do by family, neve
 
 Each family has one process exit code (:data:`EXIT_CODES`), used both by a pod's entrypoint and by
 the ``ctr-volcano`` CLI, and :func:`family_of_exit` maps a role's exit code back to its family the
-same way on both backends.
+same way on both backends. :func:`family_of` says which family any exception belongs to: a
+:class:`JobFailed` whose role exited 2 or 75 belongs to the family that role reported, so a gang
+that ended because a pod refused its input is bad input to whoever launched it.
+
+``ctr_model``'s own errors are members of these families (``ConfigError``, ``DataError``,
+``SpecError``, ``StoreError`` ... are :class:`BadInput`; ``StoreUnreachable`` a
+:class:`TransientError`; ``NoSpace`` a :class:`VolumeFull`; ``PeersUnreachable`` a
+:class:`JobFailed`), so they cross into ``ctr_volcano`` as they are, without re-wrapping. Every
+error here pickles with its attributes (they cross process pools and subprocess boundaries).
 """
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ from typing import Any, Dict, Optional, Type
 __all__ = ["CtrError", "BadInput", "VolumeFull", "TransientError", "JobFailed", "TrainingJobFailed",
            "Interrupted",
            "EXIT_BAD_INPUT", "EXIT_TRANSIENT", "EXIT_FAILED", "EXIT_CODES", "exit_code_of",
-           "family_of_exit"]
+           "family_of_exit", "family_of"]
 
 #: A process that refuses its input exits 2 (the usage-error convention of shells and argparse).
 EXIT_BAD_INPUT = 2
@@ -35,6 +43,21 @@ EXIT_FAILED = 1
 
 class CtrError(Exception):
     """Base class of every error this product raises on purpose."""
+
+    def __reduce__(self) -> Any:
+        # subclasses take other arguments than their message: rebuild from the state, not the args
+        state = dict(self.__dict__)
+        if isinstance(self, OSError):
+            state.update(errno=self.errno, strerror=self.strerror, filename=self.filename)
+        return _rebuild, (type(self), self.args, state)
+
+
+def _rebuild(cls: Type[CtrError], args: tuple, state: Dict[str, Any]) -> CtrError:
+    exc = (OSError if issubclass(cls, OSError) else Exception).__new__(cls)
+    exc.args = args
+    for name, value in state.items():    # setattr: OSError's errno & co. are fields, not __dict__ keys
+        setattr(exc, name, value)
+    return exc
 
 
 class BadInput(CtrError, ValueError):
@@ -131,10 +154,27 @@ EXIT_CODES: Dict[Type[BaseException], int] = {
 
 
 def exit_code_of(exc: BaseException) -> int:
-    """The process exit code for ``exc``: its family's, 128 + signal for :class:`Interrupted`, else 1."""
+    """The process exit code for ``exc``: its family's (:func:`family_of`), 128 + signal for
+    :class:`Interrupted`, else 1."""
     if isinstance(exc, Interrupted):
         return exc.exit_code
-    return next((code for family, code in EXIT_CODES.items() if isinstance(exc, family)), EXIT_FAILED)
+    return EXIT_CODES[family_of(exc)]
+
+
+def family_of(exc: BaseException) -> Type[CtrError]:
+    """The family of ``exc``: :class:`BadInput`, :class:`TransientError` or :class:`JobFailed`.
+
+    A :class:`JobFailed` that carries its failed role's exit code takes the family that code reports
+    (:func:`family_of_exit`): a gang ended by a role that refused its input is bad input, one ended
+    by a role that gave up on an outage is an outage. Anything that is neither is a failure.
+    """
+    if isinstance(exc, BadInput):
+        return BadInput
+    if isinstance(exc, TransientError):
+        return TransientError
+    if isinstance(exc, JobFailed):
+        return family_of_exit(exc.exit_code)
+    return JobFailed
 
 
 def family_of_exit(code: Optional[int]) -> Type[CtrError]:

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ctr_model.checks import is_int, is_real
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
+from ctr_model.errors import BadInput
 from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
 
 __all__ = ["FORMATS", "DENSE_TRANSFORMS", "POOLINGS", "SpecError", "DenseFeature",
@@ -42,13 +43,16 @@ _CAT_KEYS = ("name", "hash_buckets", "embedding_dim", "multivalued", "separator"
              "max_length")
 
 
-class SpecError(ValueError):
-    """A feature spec is invalid. ``problems`` holds ``(key, value, fix)`` for every bad key."""
+class SpecError(BadInput):
+    """A feature spec is invalid: bad input naming the field ``feature_spec``, its file (``source``;
+    without one, the bad keys) and every problem. ``problems`` holds ``(key, value, fix)`` for every
+    bad key."""
 
-    def __init__(self, problems: Sequence[Tuple[str, Any, str]]):
+    def __init__(self, problems: Sequence[Tuple[str, Any, str]], source: Optional[str] = None):
         self.problems = list(problems)
         text = "; ".join(f"{key}={value!r}: {fix}" for key, value, fix in self.problems)
-        super().__init__(f"feature_spec: {len(self.problems)} problem(s): {text}")
+        super().__init__("feature_spec", source if source is not None else [key for key, _, _ in self.problems],
+                         f"{len(self.problems)} problem(s): {text}")
 
 
 @dataclass(frozen=True)
@@ -284,8 +288,11 @@ def load_spec(path: str) -> FeatureSpec:
             text = fh.read()
     except OSError as exc:
         raise SpecError([("feature_spec", path, f"cannot read it ({exc.strerror or exc}); "
-                          f"give the path of a YAML or JSON file")]) from None
-    return spec_from_text(text, os.path.basename(path))
+                          f"give the path of a YAML or JSON file")], path) from None
+    try:
+        return spec_from_text(text, os.path.basename(path))
+    except SpecError as exc:
+        raise SpecError(exc.problems, path) from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ import numpy as np
 
 from ctr_model.atomic import write_json
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
+from ctr_model.errors import BadInput
+from ctr_model.hash_kernels import M64, MIX1, MIX2, hash_chunk, key_int
 
 __all__ = [
     "SCHEMA_VERSION", "LABEL", "NUM_DENSE", "NUM_SPARSE", "DENSE_COLUMNS", "SPARSE_COLUMNS",
@@ -80,24 +82,25 @@ HASH_VERSION = 1
 #: ``{"schema_version": 1, "hash_buckets": N, "columns": [...], "rows": n}``.
 SCHEMA_FILE = "schema.json"
 
-_M64 = (1 << 64) - 1
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
 _SALT_BASE = 0x6374725F766F6C63
-_FNV_OFFSET = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
 
 
-class SchemaMismatch(ValueError):
-    """A split directory was not written by a compatible prep (version, columns or buckets differ)."""
+class SchemaMismatch(BadInput):
+    """A split directory was not written by a compatible prep (version, columns or buckets differ):
+    bad input naming the field ``data``, the directory and the fix."""
+
+    def __init__(self, split_dir: str, fix: str):
+        super().__init__("data", split_dir, fix)
 
 
-class BadRow(ValueError):
-    """A raw Criteo line that cannot be transformed. ``reason`` is one short sentence."""
+class BadRow(BadInput):
+    """A raw field or line that cannot be transformed: bad input naming the ``row`` text (its first
+    40 characters). ``reason`` is one short sentence; prep counts the rejected lines by it."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, text: Union[str, bytes, None] = None):
         self.reason = reason
-        super().__init__(reason)
+        raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        super().__init__("row", raw if raw is None else raw[:40], reason)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,10 +142,10 @@ def parse_int_field(text: Union[str, bytes, None]) -> Optional[int]:
         return None
     m = _INT_RE.match(raw)
     if m is None:
-        raise BadRow(f"not an integer: {raw[:40].decode('utf-8', 'replace')!r}")
+        raise BadRow(f"not an integer: {raw[:40].decode('utf-8', 'replace')!r}", raw)
     x = int(m.group(1), 10) if m.group(1) is not None else int(m.group(2), 16)
     if not -(2 ** 63) <= x <= 2 ** 63 - 1:
-        raise BadRow(f"integer out of int64 range: {raw[:40].decode('utf-8', 'replace')!r}")
+        raise BadRow(f"integer out of int64 range: {raw[:40].decode('utf-8', 'replace')!r}", raw)
     return x
 
 
@@ -165,9 +168,9 @@ def dense_value(text: Union[str, bytes, None]) -> float:
 def mix64_int(z: int) -> int:
     """SplitMix64's finaliser on one integer: the stable mixer behind every hash and salt here (and
     prep's split offsets), the same in every process, unlike Python's salted ``hash()``."""
-    z &= _M64
-    z = ((z ^ (z >> 30)) * _MIX1) & _M64
-    z = ((z ^ (z >> 27)) * _MIX2) & _M64
+    z &= M64
+    z = ((z ^ (z >> 30)) * MIX1) & M64
+    z = ((z ^ (z >> 27)) * MIX2) & M64
     return z ^ (z >> 31)
 
 
@@ -201,15 +204,6 @@ def column_salt_int(slot: int) -> int:
     return mix64_int(_SALT_BASE + int(slot))
 
 
-def _key_int(raw: bytes) -> int:
-    if len(raw) == 8:
-        return int.from_bytes(raw, "little")
-    h = _FNV_OFFSET
-    for c in raw:
-        h = ((h ^ c) * _FNV_PRIME) & _M64
-    return h
-
-
 def hash_value(value: Union[str, bytes, None], column: Union[int, str],
                hash_buckets: int = DEFAULT_HASH_BUCKETS) -> int:
     """Hash one raw categorical value to its id (reference form; see the module docstring).
@@ -229,50 +223,11 @@ def hash_slot_value(value: Union[str, bytes, None], slot: int, slots: int, bucke
     raw = value.encode("utf-8") if isinstance(value, str) else (value or b"")
     if not raw:
         return slot - 1
-    return slots + mix64_int(_key_int(raw) ^ column_salt_int(slot)) % (buckets - slots)
+    return slots + mix64_int(key_int(raw) ^ column_salt_int(slot)) % (buckets - slots)
 
 
 # ---------------------------------------------------------------------------------------------
-# categorical hash: vectorised (numpy over arrow buffers)
-
-
-def _mix64_np(z: np.ndarray, tmp: Optional[np.ndarray] = None) -> np.ndarray:
-    """splitmix64's finaliser, in place on the uint64 array ``z`` (``tmp``: scratch of its size)."""
-    tmp = np.empty_like(z) if tmp is None else tmp
-    for shift, mult in ((30, _MIX1), (27, _MIX2)):
-        np.right_shift(z, np.uint64(shift), out=tmp)
-        np.bitwise_xor(z, tmp, out=z)
-        np.multiply(z, np.uint64(mult), out=z)
-    np.right_shift(z, np.uint64(31), out=tmp)
-    np.bitwise_xor(z, tmp, out=z)
-    return z
-
-
-def _binary_parts(values: Any) -> Tuple[np.ndarray, np.ndarray]:
-    """(offsets[n+1] int64, data uint8) of a string/binary column, nulls read as empty."""
-    import pyarrow as pa
-
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
-    if not isinstance(values, pa.Array):
-        values = pa.array([v.encode("utf-8") if isinstance(v, str) else (v or b"")
-                           for v in values], type=pa.binary())
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-        values = values.view(pa.large_binary() if pa.types.is_large_string(values.type)
-                             else pa.binary())
-    if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
-        raise TypeError(f"categorical values must be strings or bytes, got {values.type}")
-    if values.null_count:
-        import pyarrow.compute as pc
-
-        values = pc.fill_null(values, pa.scalar(b"", type=values.type))
-    n = len(values)
-    off_dtype = np.int64 if pa.types.is_large_binary(values.type) else np.int32
-    bufs = values.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=off_dtype)[values.offset:values.offset + n + 1]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size \
-        else np.zeros(1, dtype=np.uint8)
-    return offsets, data
+# categorical hash: vectorised (numpy over arrow buffers: the kernels are ctr_model.hash_kernels)
 
 
 def hash_categorical(values: Any, column: Union[int, str],
@@ -293,80 +248,13 @@ def hash_categorical(values: Any, column: Union[int, str],
 def hash_slot(values: Any, slot: int, slots: int, buckets: int) -> np.ndarray:
     """Vectorised :func:`hash_slot_value` over a whole column (``buckets > slots`` unchecked)."""
     if type(values).__name__ != "ChunkedArray":
-        return _hash_chunk(values, slot, buckets, None, slots)
+        return hash_chunk(values, slot, column_salt_int(slot), buckets, None, slots)
     out = np.empty(len(values), dtype=np.int64)   # each chunk hashed straight into its slice
     pos = 0
     for chunk in values.chunks:
-        _hash_chunk(chunk, slot, buckets, out[pos:pos + len(chunk)], slots)
+        hash_chunk(chunk, slot, column_salt_int(slot), buckets, out[pos:pos + len(chunk)], slots)
         pos += len(chunk)
     return out
-
-
-def _hash_chunk(values: Any, j: int, buckets: int, out: Optional[np.ndarray],
-                slots: int = NUM_SPARSE) -> np.ndarray:
-    """:func:`hash_slot` of one array, into ``out`` (int64, its length) if given."""
-    offsets, data = _binary_parts(values)
-    n = len(offsets) - 1
-    out = np.empty(n, dtype=np.int64) if out is None else out
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    salt = np.uint64(column_salt_int(j))
-    lengths = np.diff(offsets)
-    if hi - lo == 8 * n and (n == 0 or int(lengths.min()) == 8):
-        # Every value is 8 bytes (all of Criteo without empties): the keys are a little-endian
-        # view of the data buffer, xor'ed with the salt straight into the output.
-        ids = out.view(np.uint64)
-        np.bitwise_xor(data[lo:hi].view("<u8"), salt, out=ids)
-        _finish_ids(ids, buckets, slots)
-        return out
-    nonempty = lengths != 0
-    if hi - lo == 8 * int(np.count_nonzero(nonempty)) and np.all((lengths | 8) == 8):
-        # Every value is empty or 8 bytes: the non-empty values are consecutive 8-byte words.
-        keys = np.bitwise_xor(data[lo:hi].view("<u8"), salt, dtype=np.uint64)
-    else:
-        keys = _keys_general(offsets, lengths, data, nonempty)
-        keys ^= salt
-    _finish_ids(keys, buckets, slots)
-    out[:] = j - 1
-    out[nonempty] = keys.view(np.int64)
-    return out
-
-
-def _finish_ids(keys: np.ndarray, buckets: int, slots: int) -> None:
-    """``slots + mix64(keys) % (buckets - slots)``, in place (``keys`` already xor'ed with the salt)."""
-    _mix64_np(keys)
-    np.remainder(keys, np.uint64(buckets - slots), out=keys)
-    np.add(keys, np.uint64(slots), out=keys)
-
-
-#: Values longer than this are hashed one at a time instead of in the vectorised position loop.
-_VECTOR_HASH_MAX_LEN = 256
-
-
-def _keys_general(offsets: np.ndarray, lengths: np.ndarray, data: np.ndarray,
-                  nonempty: np.ndarray) -> np.ndarray:
-    """Keys of the non-empty values, in order, for columns with values of any length."""
-    idx = np.flatnonzero(nonempty)
-    starts, lens = offsets[idx].astype(np.int64), lengths[idx].astype(np.int64)
-    keys = np.empty(idx.size, dtype=np.uint64)
-    is8 = lens == 8
-    if is8.any():
-        raw = data[starts[is8, None] + np.arange(8)]
-        keys[is8] = np.ascontiguousarray(raw).view("<u8").ravel()
-    # Rare long values (any bytes are allowed) are hashed one by one: the position loop below would
-    # run once per byte of the longest value.
-    long_values = np.flatnonzero(~is8 & (lens > _VECTOR_HASH_MAX_LEN))
-    for k in long_values:
-        keys[k] = _key_int(data[starts[k]:starts[k] + lens[k]].tobytes())
-    other = np.flatnonzero(~is8 & (lens <= _VECTOR_HASH_MAX_LEN))
-    if other.size:  # FNV-1a over the bytes, one byte position at a time
-        o_start, o_len = starts[other], lens[other]
-        h = np.full(other.size, _FNV_OFFSET, dtype=np.uint64)
-        prime = np.uint64(_FNV_PRIME)
-        for pos in range(int(o_len.max())):
-            live = np.flatnonzero(o_len > pos)
-            h[live] = (h[live] ^ data[o_start[live] + pos].astype(np.uint64)) * prime
-        keys[other] = h
-    return keys
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,19 +275,19 @@ def transform_line(line: Union[str, bytes], hash_buckets: int = DEFAULT_HASH_BUC
     raw = raw.rstrip(b"\n").rstrip(b"\r")
     fields = raw.split(b"\t")
     if len(fields) != len(RAW_COLUMNS):
-        raise BadRow(f"wrong field count: {len(fields)} fields, expected {len(RAW_COLUMNS)}")
+        raise BadRow(f"wrong field count: {len(fields)} fields, expected {len(RAW_COLUMNS)}", raw)
     try:
         label = parse_int_field(fields[0])
     except BadRow:
         label = None
     if label not in (0, 1):
-        raise BadRow(f"label not 0/1: {fields[0][:40].decode('utf-8', 'replace')!r}")
+        raise BadRow(f"label not 0/1: {fields[0][:40].decode('utf-8', 'replace')!r}", raw)
     dense = np.zeros(NUM_DENSE, dtype=np.float32)
     for i, field in enumerate(fields[1:1 + NUM_DENSE]):
         try:
             dense[i] = dense_value(field)
         except BadRow as exc:
-            raise BadRow(f"non-integer in integer column {DENSE_COLUMNS[i]}: {exc.reason}") from None
+            raise BadRow(f"non-integer in integer column {DENSE_COLUMNS[i]}: {exc.reason}", raw) from None
     sparse = np.array([hash_value(f, j + 1, hash_buckets)
                        for j, f in enumerate(fields[1 + NUM_DENSE:])], dtype=np.int64)
     return int(label), dense, sparse
@@ -476,14 +364,13 @@ def read_split_schema(split_dir: str) -> Dict[str, Any]:
         with open(path) as fh:
             doc = json.load(fh)
     except FileNotFoundError:
-        raise SchemaMismatch(
-            f"{split_dir}: no {SCHEMA_FILE}, so this is not the output of a finished prep; "
-            f"run `ctr-volcano prep --input RAW --out DIR` and point at DIR/train or DIR/test"
-        ) from None
+        raise SchemaMismatch(split_dir, f"no {SCHEMA_FILE}, so this is not the output of a finished prep; "
+                                        f"run `ctr-volcano prep --input RAW --out DIR` and point at "
+                                        f"DIR/train or DIR/test") from None
     except (OSError, ValueError) as exc:
-        raise SchemaMismatch(f"{path}: unreadable ({exc}); re-run `ctr-volcano prep`") from None
+        raise SchemaMismatch(path, f"unreadable ({exc}); re-run `ctr-volcano prep`") from None
     if not isinstance(doc, dict):
-        raise SchemaMismatch(f"{path}: expected a JSON object; re-run `ctr-volcano prep`")
+        raise SchemaMismatch(path, "expected a JSON object; re-run `ctr-volcano prep`")
     return doc
 
 
@@ -505,8 +392,8 @@ def check_split_schema(split_dir: str, expected_buckets: Optional[int] = None,
     """
     doc = check_schema_doc(read_split_schema(split_dir), split_dir, expected_buckets, any_spec)
     if not shard_files(split_dir):
-        raise SchemaMismatch(f"{split_dir}: {SCHEMA_FILE} present but no part-*.parquet shards; "
-                             f"re-run `ctr-volcano prep`")
+        raise SchemaMismatch(split_dir, f"{SCHEMA_FILE} present but no part-*.parquet shards; "
+                                        f"re-run `ctr-volcano prep`")
     return doc
 
 
@@ -521,21 +408,21 @@ def check_schema_doc(doc: Dict[str, Any], split_dir: str, expected_buckets: Opti
     """
     found = doc.get("schema_version")
     if found != SCHEMA_VERSION:
-        raise SchemaMismatch(
-            f"{split_dir}: schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
-            f"re-run `ctr-volcano prep` on the raw data with this version to regenerate it")
+        raise SchemaMismatch(split_dir, f"schema_version {found!r} found, this code expects {SCHEMA_VERSION}; "
+                                        f"re-run `ctr-volcano prep` on the raw data with this version to "
+                                        f"regenerate it")
     if not any_spec and expected_columns(doc) != list(RAW_COLUMNS):
-        raise SchemaMismatch(
-            f"{split_dir}: prepped with a {doc['feature_spec'].get('format')!r} feature spec "
-            f"(columns {expected_columns(doc)[:6]!r}...); training, evaluation and the scorer read "
-            f"the Criteo layout only so far: prep Criteo-format data (no --feature-spec) to train")
+        raise SchemaMismatch(split_dir, f"prepped with a {doc['feature_spec'].get('format')!r} feature spec "
+                                        f"(columns {expected_columns(doc)[:6]!r}...); training, evaluation "
+                                        f"and the scorer read the Criteo layout only so far: prep "
+                                        f"Criteo-format data (no --feature-spec) to train")
     if list(doc.get("columns") or []) != expected_columns(doc):
-        raise SchemaMismatch(
-            f"{split_dir}: columns {doc.get('columns')!r} differ from the expected "
-            f"{expected_columns(doc)!r}; re-run `ctr-volcano prep` to regenerate the data")
+        raise SchemaMismatch(split_dir, f"columns {doc.get('columns')!r} differ from the expected "
+                                        f"{expected_columns(doc)!r}; re-run `ctr-volcano prep` to "
+                                        f"regenerate the data")
     if expected_buckets is not None and doc.get("hash_buckets") != int(expected_buckets):
-        raise SchemaMismatch(
-            f"{split_dir}: hash_buckets {doc.get('hash_buckets')!r} found, expected "
-            f"{int(expected_buckets)}; set the model's hash_buckets to the data's, or re-run "
-            f"`ctr-volcano prep --hash-buckets {int(expected_buckets)}`")
+        raise SchemaMismatch(split_dir, f"hash_buckets {doc.get('hash_buckets')!r} found, expected "
+                                        f"{int(expected_buckets)}; set the model's hash_buckets to the "
+                                        f"data's, or re-run `ctr-volcano prep --hash-buckets "
+                                        f"{int(expected_buckets)}`")
     return doc

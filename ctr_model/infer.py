@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ctr_model.config import ConfigError, TrainConfig
+from ctr_model.errors import BadInput
 from ctr_model.feature_spec import FeatureSpec, spec_from_dict
 from ctr_model.features import SCHEMA_VERSION
 from ctr_model.metrics import auc, logloss  # re-exported: part of this API
@@ -41,8 +42,9 @@ _EMBED_W_COL = 6
 _EMBEDX_COL = 11
 
 
-class ModelError(ValueError):
-    """The model directory is incomplete or not ours; names the path and the fix."""
+class ModelError(BadInput):
+    """The model directory is incomplete or not ours, or the input cannot be scored: bad input naming
+    the field (``model``, or ``data`` for the input), the path and the fix."""
 
 
 def npz_names(k: int) -> Tuple[str, str]:
@@ -64,8 +66,8 @@ def read_sparse_table(model_dir: str, dim: int, table_id: int = 0):
 
     files = sorted(glob.glob(os.path.join(model_dir, f"{table_id:03d}", "part-*")))
     if not files:
-        raise ModelError(f"{model_dir}/{table_id:03d}/ has no sparse-table shards: pass a model exported by "
-                         f"ctr-volcano train (its sparse.npz) or a checkpoint directory")
+        raise ModelError("model", model_dir, f"{table_id:03d}/ has no sparse-table shards: pass a model exported "
+                                             f"by ctr-volcano train (its sparse.npz) or a checkpoint directory")
     cols = [0, _EMBED_W_COL] + list(range(_EMBEDX_COL, _EMBEDX_COL + dim - 1))
     names = [f"f{c}" for c in cols]
     keys, rows = [], []
@@ -175,8 +177,8 @@ class Scorer:
             table = pa.table(table)
         missing = [c for c in self._columns_wanted()[1] if c not in table.schema.names]
         if missing:
-            raise ModelError(f"input lacks feature columns {missing[:5]}: score the output of "
-                             f"`ctr-volcano prep` with the model's feature spec")
+            raise ModelError("data", missing[:5], "the input lacks these feature columns: score the output "
+                                                  "of `ctr-volcano prep` with the model's feature spec")
         dense = np.stack([table.column(d.name).to_numpy(zero_copy_only=False).astype(np.float32)
                           for d in spec.dense], axis=1)
         table_of = {slot: k for k, t in enumerate(self.tables) for slot in t.slots}
@@ -220,8 +222,9 @@ class Scorer:
         cols = _columns(table)
         missing = [c for c in DENSE_COLUMNS + SPARSE_COLUMNS if c not in cols]
         if missing:
-            raise ModelError(f"input lacks feature columns {missing[:5]}: score the output of "
-                             f"`ctr-volcano prep` (columns {DENSE_COLUMNS[0]}.. and {SPARSE_COLUMNS[0]}..)")
+            raise ModelError("data", missing[:5], f"the input lacks these feature columns: score the output of "
+                                                  f"`ctr-volcano prep` (columns {DENSE_COLUMNS[0]}.. and "
+                                                  f"{SPARSE_COLUMNS[0]}..)")
         dense = np.stack([np.asarray(cols[c], dtype=np.float32) for c in DENSE_COLUMNS], axis=1)
         ids = np.stack([np.asarray(cols[c]).astype(np.uint64) for c in SPARSE_COLUMNS], axis=1)
         return dense, ids
@@ -280,8 +283,8 @@ def _columns(table) -> Dict[str, object]:
         return {str(c): table[c].to_numpy() for c in table.columns}
     if isinstance(table, dict):
         return table
-    raise ModelError(f"cannot score a {type(table).__name__}: pass a pyarrow Table, a pandas "
-                     f"DataFrame or a dict of columns")
+    raise ModelError("data", type(table).__name__, "cannot score this type: pass a pyarrow Table, a pandas "
+                                                   "DataFrame or a dict of columns")
 
 
 def _load_npz(path: str, names: Sequence[str]) -> Dict[str, "np.ndarray"]:
@@ -294,8 +297,8 @@ def _load_npz(path: str, names: Sequence[str]) -> Dict[str, "np.ndarray"]:
         with np.load(path) as data:
             return {name: data[name] for name in names}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise ModelError(f"{path} is unreadable ({type(exc).__name__}: {exc}): the model directory is "
-                         f"damaged; copy it again or re-run training") from None
+        raise ModelError("model", path, f"unreadable ({type(exc).__name__}: {exc}): the model directory is "
+                                        f"damaged; copy it again or re-run training") from None
 
 
 def load_model(model_dir: str) -> Scorer:
@@ -311,20 +314,21 @@ def load_model(model_dir: str) -> Scorer:
         with open(meta_path, encoding="utf-8") as fh:
             meta = json.load(fh)
     except FileNotFoundError:
-        raise ModelError(f"{meta_path} not found: pass the model/ directory written by "
-                         f"ctr-volcano train") from None
+        raise ModelError("model", model_dir, f"no {MODEL_META}: pass the model/ directory written by "
+                                             f"ctr-volcano train") from None
     if meta.get("schema_version") != SCHEMA_VERSION:
-        raise ModelError(f"{meta_path}: schema_version {meta.get('schema_version')!r}, but this version "
-                         f"of ctr-volcano reads {SCHEMA_VERSION}: retrain the model with this version")
+        raise ModelError("model", model_dir, f"{MODEL_META} has schema_version {meta.get('schema_version')!r}, "
+                                             f"but this version of ctr-volcano reads {SCHEMA_VERSION}: "
+                                             f"retrain the model with this version")
     try:
         config = TrainConfig.from_dict(meta["config"])
     except (ConfigError, KeyError) as exc:
-        raise ModelError(f"{meta_path}: its config is not one this version reads ({exc}): retrain the "
-                         f"model with this version") from None
+        raise ModelError("model", model_dir, f"the config in {MODEL_META} is not one this version reads "
+                                             f"({exc}): retrain the model with this version") from None
     fam = family(config.model)
     dense_path = os.path.join(model_dir, DENSE_FILE)
     if not os.path.exists(dense_path):
-        raise ModelError(f"{dense_path} missing: the export did not finish; re-run training")
+        raise ModelError("model", model_dir, f"no {DENSE_FILE}: the export did not finish; re-run training")
     from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
 
     names = fam.dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS))
@@ -365,7 +369,8 @@ def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536
     ys, ps = [], []
     for labels, probs in scorer.predict_files(paths, batch_size=batch_size):
         if labels is None:
-            raise ModelError("evaluation data has no label column")
+            raise ModelError("data", list(paths)[:3], "the evaluation data has no label column: score "
+                                                      "labelled data (the output of `ctr-volcano prep`)")
         ys.append(labels)
         ps.append(probs)
     y = np.concatenate(ys) if ys else np.zeros(0)

@@ -54,11 +54,13 @@ _ML_OPSET = 2       # LabelEncoder with int64 keys and values
 
 
 class OnnxTooLarge(ModelError):
-    """The model does not fit one ONNX file; names the size, the limit and the way out."""
+    """The model does not fit one ONNX file: bad input naming the model, the size, the limit and the
+    way out."""
 
 
 class NotServable(ModelError):
-    """The graph covers the ``dnn`` family on single-valued features; names what the model is instead."""
+    """The graph covers the ``dnn`` family on single-valued features: bad input naming what the model
+    is instead."""
 
 
 def _layers(scorer: Scorer) -> list:
@@ -74,8 +76,9 @@ def _layers(scorer: Scorer) -> list:
     if scorer.config.model != "dnn" or multi:
         what = f"model family {scorer.config.model!r}" if scorer.config.model != "dnn" else \
             f"multi-valued feature {multi[0]!r}"
-        raise NotServable(f"ONNX export covers the dnn family on single-valued features, not this {what}: "
-                          f"score it with ctr_model.infer.load_model (ctr-volcano evaluate)")
+        raise NotServable("model", scorer.config.model, f"ONNX export covers the dnn family on single-valued "
+                                                        f"features, not this {what}: score it with "
+                                                        f"ctr_model.infer.load_model (ctr-volcano evaluate)")
     names = mlp_names(scorer.config.fc_sizes)
     return [(scorer.params[w], scorer.params[b]) for w, b in zip(names[0::2], names[1::2])]
 
@@ -93,6 +96,7 @@ def _check_fits(scorer: Scorer, max_bytes: int) -> None:
     n_keys = sum(len(scorer.table_arrays(k)[0]) for k in range(len(scorer.tables)))
     if size > max_bytes:
         raise OnnxTooLarge(
+            "hash_buckets", scorer.config.hash_buckets,
             f"the model would be about {size / 2**20:.0f} MiB as ONNX ({n_keys} sparse keys x "
             f"dim {scorer.embedding_dim}), over the {max_bytes / 2**20:.0f} MiB one ONNX file can hold "
             f"(the LabelEncoder's keys are attributes, not external data): train with fewer "
@@ -100,8 +104,9 @@ def _check_fits(scorer: Scorer, max_bytes: int) -> None:
     for k in range(len(scorer.tables)):
         keys = scorer.table_arrays(k)[0]
         if len(keys) and int(keys[-1]) > _INT64_MAX:
-            raise ModelError(f"sparse key {int(keys[-1])} does not fit int64, which ONNX's Gather "
-                             f"and LabelEncoder take: retrain with hash_buckets <= 2**62 (prep's limit)")
+            raise ModelError("hash_buckets", scorer.config.hash_buckets,
+                             f"sparse key {int(keys[-1])} does not fit int64, which ONNX's Gather and "
+                             f"LabelEncoder take: retrain with hash_buckets <= 2**62 (prep's limit)")
 
 
 def _dense_part(helper: Any, numpy_helper: Any, scorer: Scorer, nodes: list, inits: list) -> str:
@@ -288,4 +293,5 @@ def read_manifest(model_dir: str) -> Dict[str, Any]:
         with open(path, encoding="utf-8") as fh:
             return dict(json.load(fh))
     except FileNotFoundError:
-        raise ModelError(f"{path} not found: run `ctr-volcano export --model {model_dir}` first") from None
+        raise ModelError("model", model_dir, f"no {MANIFEST_FILE}: run `ctr-volcano export --model {model_dir}` "
+                                             f"first") from None

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from ctr_model.errors import EXIT_BAD_INPUT
+
 __all__ = ["serve_rendezvous", "wait_for_endpoints"]
 
 _LISTENING = "listening"
@@ -97,9 +99,9 @@ def _child_main(argv) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         store = _Store(port)
-    except OSError as exc:
+    except OSError as exc:   # the port is taken: the parent refuses CTR_GLOO_PORT as bad input
         print(f"{exc.strerror}", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_BAD_INPUT
     print(_LISTENING, flush=True)          # the parent waits for this line
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -113,7 +115,7 @@ def wait_for_endpoints(endpoints: Sequence[str], timeout_s: float, interval_s: f
     Paddle's ``wait_server_ready`` (called inside ``minimize``) makes the same check but sleeps 3 s
     between attempts, and the pservers are still starting when the trainers get there: every run
     slept 3-6 s there (docs/performance.md). Waiting here at ``interval_s`` lets Paddle's check pass
-    at once. On timeout the trainer fails (``ctr_model.train.PeersUnreachable``).
+    at once. On timeout the trainer fails (``ctr_model.train.peers.PeersUnreachable``).
     """
     pending = list(dict.fromkeys(endpoints))
     deadline = time.monotonic() + timeout_s

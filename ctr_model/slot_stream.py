@@ -11,19 +11,23 @@ Shuffling is by shard order (the trainer permutes its shards every epoch) plus t
 shard, permuted here with a seed of the epoch and the shard: a buffer bounded by the shard size.
 
 A bad shard must not become a silently short epoch: Paddle reads whatever a failed pipe wrote.
-So the command writes its one-line error into ``--errors DIR`` (one file per process) before it
-exits 1, and the trainer, after each epoch, fails on any such line and on an example count that
-differs from the shards' row count (:func:`check_epoch`).
+So the command writes its error (field, value and fix, as JSON) into ``--errors DIR`` (one file per
+process) before it exits with its family's code (:func:`ctr_model.errors.exit_code_of`), and the
+trainer, after each epoch, fails on any such error and on an example count that differs from the
+shards' row count (:func:`check_epoch`).
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shlex
 import sys
 import zlib
 from typing import List, Optional, Sequence
+
+from ctr_model.errors import BadInput, exit_code_of
 
 __all__ = ["pipe_command", "epoch_order", "check_epoch", "main"]
 
@@ -56,16 +60,18 @@ def epoch_order(files: Sequence[str], seed: int, epoch: int, shuffle: bool) -> L
 
 
 def check_epoch(errors_dir: str, examples: int, rows: int, epoch: int) -> None:
-    """After epoch ``epoch``: raise :class:`ctr_model.data.DataError` with the pipe's own line if
-    a shard failed, or naming both counts if the epoch saw other than ``rows`` examples."""
+    """After epoch ``epoch``: raise :class:`ctr_model.data.DataError` with the pipe's own field, value
+    and fix if a shard failed, or naming both counts if the epoch saw other than ``rows`` examples."""
     from ctr_model.data import DataError
 
     for path in sorted(glob.glob(os.path.join(errors_dir, "*.err"))):
         with open(path, encoding="utf-8") as fh:
-            raise DataError(fh.read().strip())
+            error = json.load(fh)
+        raise DataError(error["field"], error["value"], error["fix"])
     if examples != rows:
-        raise DataError(f"epoch {epoch} read {examples} examples of this trainer's {rows} rows: a shard was "
-                        f"cut short while streamed; re-run `ctr-volcano prep` if a shard is damaged")
+        raise DataError("data", f"epoch {epoch}", f"read {examples} examples of this trainer's {rows} rows: a "
+                                                  f"shard was cut short while streamed; re-run `ctr-volcano "
+                                                  f"prep` if a shard is damaged")
 
 
 def _stream(args: argparse.Namespace) -> int:
@@ -105,11 +111,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         _stream(args)
     except Exception as exc:    # any failure must reach the trainer, not end the epoch early
-        os.makedirs(args.errors, exist_ok=True)
-        with open(os.path.join(args.errors, f"{os.getpid()}.err"), "w", encoding="utf-8") as fh:
-            fh.write(f"{type(exc).__name__}: {exc}".replace("\n", " ") + "\n")
-        return 1
+        _report(args.errors, exc)
+        return exit_code_of(exc)
     return 0
+
+
+def _report(errors_dir: str, exc: Exception) -> None:
+    """Leave ``exc`` for :func:`check_epoch` as the field, the value and the fix (an error of no
+    family is the streamed shard's, with its type and message as the fix)."""
+    if isinstance(exc, BadInput):
+        error = {"field": exc.field, "value": json.loads(json.dumps(exc.value, default=str)), "fix": exc.fix}
+    else:
+        error = {"field": "data", "value": "a streamed shard",
+                 "fix": f"{type(exc).__name__}: {exc}".replace("\n", " ")}
+    os.makedirs(errors_dir, exist_ok=True)
+    with open(os.path.join(errors_dir, f"{os.getpid()}.err"), "w", encoding="utf-8") as fh:
+        json.dump(error, fh)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ Why: an ``OSError: [Errno 28] No space left on device`` from deep inside a copy,
 names neither the volume nor how much room the write needed, so nobody can tell whether to free a
 few files or to ask for a volume ten times larger. Every write of the hand-off (checkpoint markers,
 the export, the step's copies, the registry) runs inside :func:`one_line_if_full`, the one place
-that turns ENOSPC into :class:`NoSpace`. Standard library only: the trainer image and the component
-image both use it.
+that turns ENOSPC into :class:`NoSpace`. Standard library only (and :mod:`ctr_model.errors`): the trainer image and the
+component image both use it.
 """
 from __future__ import annotations
 
@@ -15,24 +15,25 @@ import shutil
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Union
 
+from ctr_model.errors import BadInput, VolumeFull
+
 __all__ = ["NoSpace", "is_enospc", "tree_bytes", "free_bytes", "one_line_if_full", "copy_tree"]
 
 
-class NoSpace(OSError):
+class NoSpace(VolumeFull, OSError):
     """ENOSPC on ``path``: ``needed`` bytes to write (at least, with ``at_least``), ``free`` free.
 
-    An ``OSError`` with ``errno.ENOSPC``, so handlers of ``OSError`` keep working.
+    A :class:`~ctr_model.errors.VolumeFull` (bad input: a retry fills the volume again) naming the
+    field ``path``, and an ``OSError`` with ``errno.ENOSPC``, so handlers of ``OSError`` keep working.
     """
 
     def __init__(self, path: str, needed: int, free: int, *, at_least: bool = False):
-        self.path, self.needed, self.free, self.at_least = path, needed, free, at_least
-        amount = f"more than {needed}" if at_least else f"{needed}"
-        super().__init__(errno.ENOSPC, f"no space left on device writing {path}: {amount} bytes to "
-                                       f"write, {free} bytes free there; free space on that volume "
-                                       f"or give it more room")
+        self.path, self.at_least = path, at_least
+        VolumeFull.__init__(self, "path", path, needed, free, at_least)
+        self.errno, self.strerror, self.filename = errno.ENOSPC, BadInput.__str__(self), path
 
     def __str__(self) -> str:
-        return str(self.strerror)
+        return BadInput.__str__(self)
 
 
 def is_enospc(exc: BaseException) -> bool:

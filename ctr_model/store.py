@@ -5,16 +5,12 @@ gang can then hand its data and results over S3 instead of a shared directory: t
 their own shards to local scratch, every role publishes what it wrote, and the next attempt resumes
 from what is in the store. Paddle itself only ever sees local paths.
 
-The client settings come from the environment, the same variables in every pod (set by the
-launcher, the credentials through a Secret reference)::
-
-    CTR_S3_ENDPOINT    http://host:port or https://host:port (scheme = TLS off/on); empty: AWS
-    CTR_S3_REGION      signing region (default us-east-1)
-    CTR_S3_ADDRESSING  path (default; MinIO, SeaweedFS) or virtual (bucket.host)
-    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY   the credentials
+The client's settings, the URIs and the two error families (a refusal is a :class:`StoreError`, bad
+input; an outage a :class:`StoreUnreachable`) are :mod:`ctr_model.store_config`'s, re-exported here.
 
 Copies stream in fixed-size chunks (``COPY_CHUNK``), so memory stays bounded whatever the file size.
-Every failure is a :class:`StoreError` whose one-line message names the URI and the fix.
+Every failure has a one-line message naming the URI and the fix; a store that stays unreachable
+through the retries (:func:`retrying`) is a :class:`StoreUnreachable`.
 """
 from __future__ import annotations
 
@@ -22,36 +18,42 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar
 from urllib.parse import urlparse
 
 from ctr_model.space import NoSpace, free_bytes, is_enospc
+from ctr_model.store_config import (
+    ADDRESSING,
+    ENV_ACCESS_KEY,
+    ENV_ADDRESSING,
+    ENV_ENDPOINT,
+    ENV_REGION,
+    ENV_RETRY,
+    ENV_SECRET_KEY,
+    RETRY_BUDGET_S,
+    StoreConfig,
+    StoreError,
+    StoreUnreachable,
+    check_addressing,
+    check_endpoint,
+    is_uri,
+    join,
+    retry_budget_s,
+    split_uri,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["StoreError", "StoreConfig", "is_uri", "split_uri", "join", "Store", "COPY_CHUNK",
-           "ENV_ENDPOINT", "ENV_REGION", "ENV_RETRY", "RETRY_BUDGET_S", "retrying", "is_transient",
-           "retry_budget_s", "copy_stream", "ENV_ADDRESSING", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
-           "UPLOAD_THREADS", "filesystem_for"]
+__all__ = ["StoreError", "StoreUnreachable", "StoreConfig", "check_endpoint", "check_addressing", "is_uri",
+           "split_uri", "join", "Store", "COPY_CHUNK", "ENV_ENDPOINT", "ENV_REGION", "ENV_RETRY", "RETRY_BUDGET_S",
+           "retrying", "is_transient", "retry_budget_s", "copy_stream", "ENV_ADDRESSING", "ENV_ACCESS_KEY",
+           "ENV_SECRET_KEY", "ADDRESSING", "UPLOAD_THREADS", "filesystem_for"]
 
-ENV_ENDPOINT = "CTR_S3_ENDPOINT"
-ENV_REGION = "CTR_S3_REGION"
-ENV_ADDRESSING = "CTR_S3_ADDRESSING"
-ENV_ACCESS_KEY = "AWS_ACCESS_KEY_ID"
-ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
-ADDRESSING = ("path", "virtual")
 #: Bytes per read/write when copying between the store and local files.
 COPY_CHUNK = 4 << 20
 #: Files uploaded at once (memory stays below UPLOAD_THREADS x COPY_CHUNK plus the SDK's buffers).
 UPLOAD_THREADS = 4
-#: How long one object's copy keeps retrying a store that is down or restarting (seconds; the
-#: ``CTR_S3_RETRY_S`` variable overrides it). A SeaweedFS restart took 12-32 s from kill to ready
-#: here (tests/test_store_faults.py, a loaded 2-core machine); one minute covers a restarted store
-#: pod without hiding a store that is gone for good.
-RETRY_BUDGET_S = 60.0
-ENV_RETRY = "CTR_S3_RETRY_S"
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.5, 8.0
 #: Words of pyarrow's (AWS SDK's) messages for a store that is down, restarting or overloaded.
 _TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "connection reset",
@@ -63,98 +65,12 @@ _TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "co
               "failed to flush response stream")   # a GET cut off while SeaweedFS came back up
 
 
-class StoreError(ValueError):
-    """The object store refused or could not be reached; the message names the URI and the fix."""
-
-
-def is_uri(location: str) -> bool:
-    """Whether ``location`` is an ``s3://`` URI (anything else is a local path)."""
-    return isinstance(location, str) and location.startswith("s3://")
-
-
-def split_uri(uri: str) -> Tuple[str, str]:
-    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; refuses anything without a bucket."""
-    if not is_uri(uri):
-        raise StoreError(f"{uri!r} is not an s3:// URI: use s3://BUCKET/PREFIX")
-    rest = uri[len("s3://"):].strip("/")
-    bucket, _, key = rest.partition("/")
-    if not bucket:
-        raise StoreError(f"{uri!r} names no bucket: use s3://BUCKET/PREFIX")
-    return bucket, key
-
-
-def join(uri: str, *parts: str) -> str:
-    """Join a URI and relative parts with ``/``."""
-    out = uri.rstrip("/")
-    for part in parts:
-        part = part.strip("/")
-        if part:
-            out += "/" + part
-    return out
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """How to reach the store.
-
-    Attributes:
-        endpoint: ``http(s)://host:port`` of an S3-compatible server; empty for AWS itself.
-        region: signing region (SeaweedFS and MinIO accept any; AWS needs the bucket's).
-        addressing: ``path`` (``host/bucket/key``: what in-cluster stores serve) or ``virtual``.
-        access_key: access key id (from the Secret); empty for anonymous access.
-        secret_key: secret access key.
-        connect_timeout_s: per connection attempt, so an unreachable endpoint fails in seconds.
-        request_timeout_s: per request.
-    """
-
-    endpoint: str = ""
-    region: str = "us-east-1"
-    addressing: str = "path"
-    access_key: str = ""
-    secret_key: str = ""
-    connect_timeout_s: float = 3.0
-    request_timeout_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if self.endpoint:
-            parsed = urlparse(self.endpoint)
-            if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
-                raise StoreError(f"{ENV_ENDPOINT}={self.endpoint!r}: use http://HOST:PORT or "
-                                 f"https://HOST:PORT (the scheme switches TLS off/on)")
-        if self.addressing not in ADDRESSING:
-            raise StoreError(f"{ENV_ADDRESSING}={self.addressing!r}: use one of {', '.join(ADDRESSING)}")
-        if bool(self.access_key) != bool(self.secret_key):
-            raise StoreError(f"only one of {ENV_ACCESS_KEY} and {ENV_SECRET_KEY} is set: set both "
-                             f"(from the same Secret) or neither")
-
-    @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "StoreConfig":
-        env = os.environ if env is None else env
-        return cls(endpoint=env.get(ENV_ENDPOINT, "").strip(),
-                   region=env.get(ENV_REGION, "").strip() or "us-east-1",
-                   addressing=env.get(ENV_ADDRESSING, "").strip() or "path",
-                   access_key=env.get(ENV_ACCESS_KEY, ""), secret_key=env.get(ENV_SECRET_KEY, ""))
-
-    def to_env(self) -> dict:
-        """The non-secret variables (credentials travel separately, by Secret reference)."""
-        return {ENV_ENDPOINT: self.endpoint, ENV_REGION: self.region, ENV_ADDRESSING: self.addressing}
-
-
 def is_transient(exc: BaseException) -> bool:
     """Whether a store error may pass when retried (down, restarting, overloaded), not a refusal."""
     if not isinstance(exc, OSError) or isinstance(exc, FileNotFoundError) or is_enospc(exc):
         return False
     low = " ".join(str(exc).split()).lower()
     return any(word in low for word in _TRANSIENT)
-
-
-def retry_budget_s(env: Optional[Mapping[str, str]] = None) -> float:
-    """``CTR_S3_RETRY_S`` (seconds), else :data:`RETRY_BUDGET_S`."""
-    raw = (os.environ if env is None else env).get(ENV_RETRY, "").strip()
-    try:
-        return float(raw) if raw else RETRY_BUDGET_S
-    except ValueError:
-        raise StoreError(f"{ENV_RETRY}={raw!r}: give seconds, e.g. 60") from None
 
 
 def retrying(what: str, call: Callable[[], T], budget_s: Optional[float] = None) -> T:
@@ -186,8 +102,10 @@ def retrying(what: str, call: Callable[[], T], budget_s: Optional[float] = None)
         return result
 
 
-def _explain(exc: BaseException, uri: str, config: StoreConfig) -> StoreError:
-    """One line naming the URI and the fix, from pyarrow's (AWS SDK's) multi-line message."""
+def _explain(exc: BaseException, uri: str, config: StoreConfig, field: str = "uri") -> Exception:
+    """One line naming the URI and the fix, from pyarrow's (AWS SDK's) multi-line message: a
+    :class:`StoreUnreachable` for a store that is down or failing (the retries are spent by now), a
+    :class:`StoreError` for one that refused."""
     text = " ".join(str(exc).split())
     low = text.lower()
     where = config.endpoint or "AWS S3"
@@ -200,13 +118,16 @@ def _explain(exc: BaseException, uri: str, config: StoreConfig) -> StoreError:
     elif any(s in low for s in ("couldn't connect", "could not connect", "connection refused",
                                 "timeout was reached", "timed out", "resolve host", "curl error",
                                 "network connection", "failed to connect")):
-        why = (f"cannot reach the store at {where}: check {ENV_ENDPOINT} (scheme, host, port) and "
-               f"that the server is up")
+        return StoreUnreachable(uri, f"cannot reach the store at {where}: check {ENV_ENDPOINT} (scheme, "
+                                     f"host, port) and that the server is up")
     elif isinstance(exc, FileNotFoundError):
         why = "no such object or prefix: check the URI (a prep output has train/schema.json)"
+    elif is_transient(exc):
+        return StoreUnreachable(uri, f"the store at {where} kept failing: {text[:300]}; check that it is up "
+                                     f"and not overloaded")
     else:
         why = f"the store at {where} failed: {text[:300]}"
-    return StoreError(f"{uri}: {why}")
+    return StoreError(field, uri, why)
 
 
 class Store:
@@ -236,25 +157,31 @@ class Store:
         return f"{bucket}/{key}" if key else bucket
 
     # -------------------------------------------------------------------------------- checks
-    def check_prefix(self, uri: str) -> None:
+    def check_prefix(self, uri: str, field: str = "uri") -> None:
         """Fail fast, with one line, unless the bucket is reachable with these credentials and
-        something exists under ``uri``."""
+        something exists under ``uri``; ``field`` is the caller's name for ``uri`` in the error.
+
+        Raises:
+            StoreError: naming ``field``: refused credentials, no such bucket, nothing there.
+            StoreUnreachable: the store stayed unreachable through the retries.
+        """
         from pyarrow import fs as pafs
 
         bucket, key = split_uri(uri)
         try:
             info = self.fs.get_file_info(bucket)
         except OSError as exc:
-            raise _explain(exc, uri, self.config) from None
+            raise _explain(exc, uri, self.config, field) from None
         if info.type == pafs.FileType.NotFound:
-            raise StoreError(f"{uri}: bucket {bucket!r} does not exist at "
-                             f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
-        if key and not self.exists(uri):
-            raise StoreError(f"{uri}: nothing under this prefix: check the URI (the output of "
-                             f"`ctr-volcano prep`, uploaded as is)")
+            raise StoreError(field, uri, f"bucket {bucket!r} does not exist at "
+                                         f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
+        if key and not self._exists(uri, field):
+            raise StoreError(field, uri, "nothing under this prefix: check the URI (the output of "
+                                         "`ctr-volcano prep`, uploaded as is)")
 
-    def check_bucket(self, uri: str) -> None:
-        """Fail fast unless the bucket of ``uri`` exists and the credentials may list it."""
+    def check_bucket(self, uri: str, field: str = "uri") -> None:
+        """Fail fast unless the bucket of ``uri`` exists and the credentials may list it (errors as
+        :meth:`check_prefix`'s)."""
         from pyarrow import fs as pafs
 
         bucket, _ = split_uri(uri)
@@ -263,19 +190,22 @@ class Store:
             if info.type != pafs.FileType.NotFound:
                 self.fs.get_file_info(pafs.FileSelector(bucket, recursive=False))
         except OSError as exc:
-            raise _explain(exc, uri, self.config) from None
+            raise _explain(exc, uri, self.config, field) from None
         if info.type == pafs.FileType.NotFound:
-            raise StoreError(f"{uri}: bucket {bucket!r} does not exist at "
-                             f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
+            raise StoreError(field, uri, f"bucket {bucket!r} does not exist at "
+                                         f"{self.config.endpoint or 'AWS S3'}: create it or fix the URI")
 
     # ---------------------------------------------------------------------------------- reads
     def exists(self, uri: str) -> bool:
+        return self._exists(uri, "uri")
+
+    def _exists(self, uri: str, field: str) -> bool:
         from pyarrow import fs as pafs
 
         try:
             info = self._info(self.fs, self._path(uri))
         except OSError as exc:
-            raise _explain(exc, uri, self.config) from None
+            raise _explain(exc, uri, self.config, field) from None
         return info.type != pafs.FileType.NotFound
 
     def list(self, uri: str, recursive: bool = False) -> List[Tuple[str, bool]]:
@@ -298,7 +228,7 @@ class Store:
                 return fh.read()
 
         try:
-            return retrying(f"get {uri}", get)
+            return retrying(f"get {uri}", get, self.config.retry_s)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -324,19 +254,20 @@ class Store:
                 fh.write(data)
 
         try:
-            retrying(f"put {uri}", put)
+            retrying(f"put {uri}", put, self.config.retry_s)
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 
     def _copy(self, src_fs, src: str, dst_fs, dst: str) -> None:
         """:func:`copy_stream`, retried whole while the store is down (see :func:`retrying`)."""
-        retrying(f"copy {src} -> {dst}", lambda: copy_stream(src_fs, src, dst_fs, dst))
+        retrying(f"copy {src} -> {dst}", lambda: copy_stream(src_fs, src, dst_fs, dst), self.config.retry_s)
 
     def _info(self, fs, what: Any) -> Any:
         """``fs.get_file_info(what)``, retried while the store restarts (local files: once)."""
         if fs is self.local:
             return fs.get_file_info(what)
-        return retrying(f"list {getattr(what, 'base_dir', what)}", lambda: fs.get_file_info(what))
+        return retrying(f"list {getattr(what, 'base_dir', what)}", lambda: fs.get_file_info(what),
+                        self.config.retry_s)
 
     def _tree(self, fs, base: str) -> List[str]:
         """Relative paths of the files under ``base`` (``[""]`` when ``base`` is a file)."""
@@ -386,7 +317,7 @@ class Store:
                                            self.fs, f"{dst}/{rel}" if rel else dst) for rel in rels]:
                     future.result()
         except FileNotFoundError as exc:
-            raise StoreError(f"{local_path}: nothing to upload ({exc})") from None
+            raise StoreError("local_path", local_path, f"nothing to upload ({exc})") from None
         except OSError as exc:
             raise _explain(exc, uri, self.config) from None
 
@@ -398,9 +329,9 @@ class Store:
         try:
             info = self._info(self.fs, path)
             if info.type == pafs.FileType.File:
-                retrying(f"delete {uri}", lambda: self.fs.delete_file(path))
+                retrying(f"delete {uri}", lambda: self.fs.delete_file(path), self.config.retry_s)
             elif info.type == pafs.FileType.Directory:
-                retrying(f"delete {uri}", lambda: self.fs.delete_dir(path))
+                retrying(f"delete {uri}", lambda: self.fs.delete_dir(path), self.config.retry_s)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -430,7 +361,8 @@ def copy_stream(src_fs, src: str, dst_fs, dst: str) -> None:
         out.close()
 
 
-def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tuple[Any, str]:
+def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None,
+                   field: str = "location") -> Tuple[Any, str]:
     """The pyarrow filesystem holding ``location``, and its path there.
 
     A local path is itself; an ``s3://`` (or KFP's ``minio://``) URI is on the store the ``CTR_S3_*``
@@ -439,7 +371,8 @@ def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tu
     and go to AWS); any other scheme pyarrow knows (``gs://``, ``hdfs://``) is pyarrow's.
 
     Raises:
-        StoreError: bad store settings, or a scheme pyarrow cannot open (names the URI).
+        StoreError: bad store settings (naming the variable), or a scheme pyarrow cannot open
+            (naming ``field``, the caller's name for ``location``, and the URI).
     """
     from pyarrow import fs as pafs
 
@@ -451,6 +384,6 @@ def filesystem_for(location: str, env: Optional[Mapping[str, str]] = None) -> Tu
     try:
         return pafs.FileSystem.from_uri(location)
     except Exception as exc:  # pyarrow raises ArrowInvalid/ValueError/OSError for unknown schemes
-        raise StoreError(f"{location}: cannot open it ({exc}); use a local path or an s3://, gs:// or "
-                         f"hdfs:// URI") from None
+        raise StoreError(field, location, f"cannot open it ({exc}); use a local path or an s3://, "
+                                               f"gs:// or hdfs:// URI") from None
 

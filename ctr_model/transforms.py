@@ -90,9 +90,9 @@ def parse_number(raw: Union[str, bytes, float, int, None]) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise BadRow(f"not a number: {text[:40]!r}") from None
+        raise BadRow(f"not a number: {text[:40]!r}", text) from None
     if math.isnan(value):
-        raise BadRow(f"not a number: {text[:40]!r}")
+        raise BadRow(f"not a number: {text[:40]!r}", text)
     return value
 
 

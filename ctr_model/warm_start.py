@@ -24,6 +24,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
+from ctr_model.errors import BadInput
+
 __all__ = ["WARM_START_DIR", "WarmStartError", "WarmStart", "read_init_model", "check_compatible",
            "export_checkpoint"]
 
@@ -33,8 +35,12 @@ _MODEL_META = "model_meta.json"
 _CKPT_META = "meta.json"
 
 
-class WarmStartError(ValueError):
-    """The init model cannot be continued by this run; names both values and the fix."""
+class WarmStartError(BadInput):
+    """The init model cannot be continued by this run: bad input naming the field ``init_model``, the
+    model directory, and (in the fix) what differs, both values and the way out."""
+
+    def __init__(self, model_dir: str, fix: str):
+        super().__init__("init_model", model_dir, fix)
 
 
 @dataclass(frozen=True)
@@ -65,16 +71,16 @@ def read_init_model(model_dir: str) -> WarmStart:
         with open(meta_path, encoding="utf-8") as fh:
             meta = json.load(fh)
     except (OSError, ValueError):
-        raise WarmStartError(f"init_model={model_dir!r}: no readable {_MODEL_META}; pass the model/ "
-                             f"directory written by ctr-volcano train (or a registry version)") from None
+        raise WarmStartError(model_dir, f"no readable {_MODEL_META}; pass the model/ directory written by "
+                                        f"ctr-volcano train (or a registry version)") from None
     checkpoint = os.path.join(model_dir, WARM_START_DIR)
     try:
         with open(os.path.join(checkpoint, _CKPT_META), encoding="utf-8") as fh:
             ckpt_meta = json.load(fh)
     except (OSError, ValueError):
-        raise WarmStartError(f"init_model={model_dir!r} has no {WARM_START_DIR}/{_CKPT_META}: it was "
-                             f"exported without a loadable checkpoint; retrain it from scratch once "
-                             f"with this version and warm-start from that") from None
+        raise WarmStartError(model_dir, f"no {WARM_START_DIR}/{_CKPT_META}: it was exported without a "
+                                        f"loadable checkpoint; retrain it from scratch once with this "
+                                        f"version and warm-start from that") from None
     return WarmStart(model_dir=model_dir, checkpoint=checkpoint, meta=meta,
                      pservers=int(ckpt_meta.get("pservers", meta.get("pservers", 0))))
 
@@ -112,8 +118,8 @@ def check_compatible(init: WarmStart, config: Mapping[str, Any], pservers: int,
     _check_same_features(init, init.meta.get("feature_spec"), feature_spec)
     for name, old, new, fix in checks:
         if old != new:
-            raise WarmStartError(f"cannot warm-start from {init.model_dir}: its {name} is {old!r} but "
-                                 f"this run's is {new!r}; {fix}")
+            raise WarmStartError(init.model_dir, f"cannot warm-start from it: its {name} is {old!r} but "
+                                                 f"this run's is {new!r}; {fix}")
 
 
 def _check_same_features(init: WarmStart, old: Optional[Mapping[str, Any]],
@@ -124,21 +130,23 @@ def _check_same_features(init: WarmStart, old: Optional[Mapping[str, Any]],
     if old == new:
         return
     if old is None or new is None:
-        raise WarmStartError(f"cannot warm-start from {init.model_dir}: it was trained on "
-                             f"{'the Criteo layout' if old is None else 'a feature spec'} but this "
-                             f"run's data has {'the Criteo layout' if new is None else 'a feature spec'}; "
-                             f"prep the data like the init model's or train from scratch")
+        raise WarmStartError(init.model_dir, f"cannot warm-start from it: it was trained on "
+                                             f"{'the Criteo layout' if old is None else 'a feature spec'} "
+                                             f"but this run's data has "
+                                             f"{'the Criteo layout' if new is None else 'a feature spec'}; "
+                                             f"prep the data like the init model's or train from scratch")
     _check_same_dims(init, old, new)
     for kind in ("dense", "categorical"):
         before = {f["name"]: f for f in old.get(kind) or []}
         after = {f["name"]: f for f in new.get(kind) or []}
         for name in list(before) + [n for n in after if n not in before]:
             if before.get(name) != after.get(name):
-                raise WarmStartError(f"cannot warm-start from {init.model_dir}: {kind} feature {name!r} "
-                                     f"is {before.get(name)!r} there but {after.get(name)!r} in this run's "
-                                     f"data; prep with the init model's feature spec or train from scratch")
-    raise WarmStartError(f"cannot warm-start from {init.model_dir}: its feature spec differs from this "
-                         f"run's data (label, order or layout); prep with the init model's spec")
+                raise WarmStartError(init.model_dir, f"cannot warm-start from it: {kind} feature {name!r} is "
+                                                     f"{before.get(name)!r} there but {after.get(name)!r} in "
+                                                     f"this run's data; prep with the init model's feature "
+                                                     f"spec or train from scratch")
+    raise WarmStartError(init.model_dir, "cannot warm-start from it: its feature spec differs from this run's "
+                                         "data (label, order or layout); prep with the init model's spec")
 
 
 def _check_same_dims(init: WarmStart, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
@@ -147,10 +155,11 @@ def _check_same_dims(init: WarmStart, old: Mapping[str, Any], new: Mapping[str, 
     before = {f["name"]: f.get("embedding_dim") for f in old.get("categorical") or []}
     for f in new.get("categorical") or []:
         if f["name"] in before and before[f["name"]] != f.get("embedding_dim"):
-            raise WarmStartError(f"cannot warm-start from {init.model_dir}: categorical feature {f['name']!r} "
-                                 f"has embedding_dim {before[f['name']]} there but {f.get('embedding_dim')} in "
-                                 f"this run's data; prep with embedding_dim {before[f['name']]} for it (the init "
-                                 f"model's feature spec) or train from scratch")
+            raise WarmStartError(init.model_dir, f"cannot warm-start from it: categorical feature {f['name']!r} "
+                                                 f"has embedding_dim {before[f['name']]} there but "
+                                                 f"{f.get('embedding_dim')} in this run's data; prep with "
+                                                 f"embedding_dim {before[f['name']]} for it (the init model's "
+                                                 f"feature spec) or train from scratch")
 
 
 def _without_stats(spec: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:

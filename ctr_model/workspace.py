@@ -249,20 +249,23 @@ def stop_written_since(ws: Workspace, since: float) -> bool:
     """The supervisor: did trainer 0 write the stop file at or after ``since`` (this attempt's start)?"""
     try:
         mtime = ws.mtime(STOP_FILE)
-    except (OSError, ValueError):
+    except (OSError, ValueError, s3.StoreUnreachable):   # unreadable now: asked again next poll
         return False
     return mtime is not None and mtime >= since
 
 
-def open_workspace(output_dir: str, env: Optional[Mapping[str, str]] = None) -> Workspace:
+def open_workspace(output_dir: str, env: Optional[Mapping[str, str]] = None,
+                   store: Optional["s3.StoreConfig"] = None) -> Workspace:
     """The workspace for ``CTR_OUTPUT_DIR``: a store prefix for ``s3://``, else a shared dir.
 
     Args:
         output_dir: a local directory or an ``s3://`` URI.
         env: the store's variables (:mod:`ctr_model.store`); default ``os.environ``.
+        store: the store's settings, read already (a role's :attr:`RoleSpec.store`); ``env`` is then
+            not read.
     """
     if s3.is_uri(output_dir):
-        client = s3.Store(s3.StoreConfig.from_env(env))
+        client = s3.Store(store or s3.StoreConfig.from_env(env))
         client.check_bucket(output_dir)
         return StoreWorkspace(output_dir, client)
     return SharedDirWorkspace(output_dir)
@@ -274,12 +277,13 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
     ``train``). Only listings and ``schema.json`` are read.
 
     Raises:
-        StoreError: unreachable store, refused credentials, missing bucket or empty prefix.
-        DataError: the prefix is not a prep output, its schema is not this code's, or the split has
-            no shards.
+        StoreError: refused credentials, missing bucket or empty prefix.
+        StoreUnreachable: the store stayed unreachable through the retries.
+        DataError, SchemaMismatch: the prefix is not a prep output, its schema is not this code's,
+            or the split has no shards.
     """
     from ctr_model.data import DataError
-    from ctr_model.features import SCHEMA_FILE, SchemaMismatch, check_schema_doc, is_shard_name
+    from ctr_model.features import SCHEMA_FILE, check_schema_doc, is_shard_name
 
     client.check_prefix(data_uri)
     candidate = s3.join(data_uri, split)
@@ -288,24 +292,22 @@ def remote_split(client: "s3.Store", data_uri: str, split: str):
     elif split == "train" and client.exists(s3.join(data_uri, SCHEMA_FILE)):
         src = data_uri
     elif split == "train":
-        raise DataError(f"{data_uri}: neither {split}/{SCHEMA_FILE} nor {SCHEMA_FILE} is there: pass "
-                        f"the output of `ctr-volcano prep` (uploaded as is)")
+        raise DataError("data", data_uri, f"neither {split}/{SCHEMA_FILE} nor {SCHEMA_FILE} is there: pass "
+                                          f"the output of `ctr-volcano prep` (uploaded as is)")
     else:
         return None
+    raw = client.read_bytes(s3.join(src, SCHEMA_FILE)) or b""
     try:
-        schema = json.loads(client.read_bytes(s3.join(src, SCHEMA_FILE)) or b"")
+        schema = json.loads(raw)
     except ValueError:
         schema = None
     if not isinstance(schema, dict):
-        raise DataError(f"{src}/{SCHEMA_FILE}: unreadable (not a JSON object): re-run `ctr-volcano prep` "
-                        f"and upload its output as is")
-    try:
-        check_schema_doc(schema, src, any_spec=True)
-    except SchemaMismatch as exc:
-        raise DataError(str(exc)) from None
+        raise DataError("data", f"{src}/{SCHEMA_FILE}", "unreadable (not a JSON object): re-run "
+                                                        "`ctr-volcano prep` and upload its output as is")
+    check_schema_doc(schema, src, any_spec=True)
     remote = sorted(n for n, is_dir in client.list(src) if not is_dir and is_shard_name(n))
     if not remote:
-        raise DataError(f"{src} has no part-*.parquet shards: re-run `ctr-volcano prep`")
+        raise DataError("data", src, "no part-*.parquet shards: re-run `ctr-volcano prep`")
     return src, remote, schema
 
 
@@ -355,10 +357,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--seen", default="")
     args = parser.parse_args(argv)
+    from ctr_model.contract import parse_role_env
+    from ctr_model.errors import exit_code_of
     from ctr_model.logs import setup_logging
 
     setup_logging()
-    ws = StoreWorkspace(args.uri, s3.Store(s3.StoreConfig.from_env()), root=args.root)
+    try:
+        store = parse_role_env().store   # the pserver's environment, read by the contract as the pserver's was
+        assert store is not None, "the responder runs for an object-store output only"
+        ws = StoreWorkspace(args.uri, s3.Store(store), root=args.root)
+    except Exception as exc:
+        logger.error("%s: error: publish responder: %s", args.role, exc)
+        return exit_code_of(exc)
     return _respond(ws, args.role, args.parent, args.interval, set(filter(None, args.seen.split(","))))
 
 

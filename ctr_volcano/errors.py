@@ -18,6 +18,7 @@ from ctr_model.errors import (
                               TransientError,
                               VolumeFull,
                               exit_code_of,
+                              family_of,
                               family_of_exit,
 )
 
@@ -25,4 +26,4 @@ CtrVolcanoError = CtrError
 
 __all__ = ["CtrError", "CtrVolcanoError", "BadInput", "VolumeFull", "TransientError", "JobFailed",
            "TrainingJobFailed", "Interrupted", "EXIT_BAD_INPUT", "EXIT_TRANSIENT", "EXIT_FAILED",
-           "EXIT_CODES", "exit_code_of", "family_of_exit"]
+           "EXIT_CODES", "exit_code_of", "family_of", "family_of_exit"]

@@ -174,7 +174,7 @@ def test_a_corrupt_npz_is_named(tmp_path):
     from ctr_model.infer import ModelError, load_model
 
     model = _fake_model(tmp_path / "m", dense_bytes=b"PK\x03\x04 not a zip at all")
-    with pytest.raises(ModelError, match=r"dense\.npz is unreadable"):
+    with pytest.raises(ModelError, match=r"dense\.npz': unreadable"):
         load_model(str(model))
 
 

@@ -24,7 +24,7 @@ def test_config_round_trip_and_defaults():
 def test_config_errors_name_field_value_and_fix(field, value):
     with pytest.raises(ConfigError) as err:
         TrainConfig.from_dict({field: value})
-    assert err.value.field == field
+    assert err.value.field == f"config.{field}"   # a BadInput: the CLI maps it to its flag
     shown = tuple(value) if isinstance(value, list) else value
     assert field in str(err.value) and repr(shown) in str(err.value)
     assert "use" in err.value.fix

@@ -11,7 +11,8 @@ import pytest
 
 from ctr_model import checkpoint as ckpt
 from ctr_model.data import DataError, assign_shards, parquet_to_slots, resolve_split
-from ctr_model.features import DENSE_COLUMNS, RAW_COLUMNS, SPARSE_COLUMNS
+from ctr_model.errors import BadInput
+from ctr_model.features import DENSE_COLUMNS, RAW_COLUMNS, SPARSE_COLUMNS, SchemaMismatch
 from ctr_model.infer import Scorer, auc, load_model
 from tools.planted_prep import write_planted_prep
 
@@ -111,8 +112,9 @@ def test_training_refuses_data_of_another_schema_version(tmp_path):
     doc = json.loads(schema_path.read_text())
     doc["schema_version"] = 0
     schema_path.write_text(json.dumps(doc))
-    with pytest.raises(DataError, match=r"schema_version.*ctr-volcano prep"):
+    with pytest.raises(SchemaMismatch, match=r"schema_version.*ctr-volcano prep") as err:
         resolve_split(str(tmp_path / "p"))
+    assert err.value.field == "data" and err.value.value == str(tmp_path / "p" / "train")
     schema_path.unlink()
-    with pytest.raises(DataError, match=r"no schema.json"):
+    with pytest.raises(BadInput, match=r"no schema.json"):
         resolve_split(str(tmp_path / "p"))

@@ -181,7 +181,7 @@ def test_warm_start_refuses_a_feature_whose_dim_differs(tmp_path):
     other["categorical"][4]["embedding_dim"] = 6
     with pytest.raises(WarmStartError) as exc:
         check_compatible(init, config, 1, 1, other)
-    assert str(exc.value) == (f"cannot warm-start from {tmp_path}: categorical feature 'w' has embedding_dim "
+    assert str(exc.value) == (f"init_model={str(tmp_path)!r}: cannot warm-start from it: categorical feature 'w' has embedding_dim "
                               f"2 there but 6 in this run's data; prep with embedding_dim 2 for it (the init "
                               f"model's feature spec) or train from scratch")
 

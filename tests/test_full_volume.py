@@ -194,7 +194,7 @@ print(json.dumps(out))
     assert seen.get("error"), f"the export fitted into {seen['left']} bytes: {seen}"
     assert seen["phase"] == "BadInput" and seen["exit_code"] == 2 and seen["role"] == "trainer-0", seen
     model_dir = str(tmp_path / "w" / "output" / "model")
-    assert f"no space left on device writing {model_dir}: more than " in seen["error"], seen
+    assert f"path={model_dir!r}: no space left on device: more than " in seen["error"], seen
     lower_bound = int(seen["error"].split(": more than ")[1].split(" ")[0])
     free = int(seen["error"].split(" bytes free there")[0].rsplit(" ", 1)[1])
     assert free < seen["export"] and lower_bound <= seen["export"], seen   # honest figures

@@ -15,7 +15,16 @@ import time
 
 import pytest
 
-from ctr_volcano.errors import BadInput, TrainingJobFailed
+from ctr_volcano.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_TRANSIENT,
+    BadInput,
+    TrainingJobFailed,
+    TransientError,
+    exit_code_of,
+    family_of,
+)
+from tools.planted_prep import write_planted_prep
 from ctr_volcano.training.local.gang import GangSpec, LocalGang
 from tests.gang_helpers import gang_job_id, job_processes
 from tools.planted_prep import write_planted_prep
@@ -32,6 +41,16 @@ FAKE_ROLE = textwrap.dedent("""
         sys.exit(2)
     if plan.startswith("exit:"):
         sys.exit(int(plan[5:]))
+    if plan.startswith("outage"):   # as the entrypoint ends on an outage: its family's exit code
+        flag = plan.partition(":")[2]
+        if not flag or not os.path.exists(flag):
+            if flag:
+                open(flag, "w").close()
+            from ctr_model.errors import exit_code_of
+            from ctr_model.store import StoreUnreachable
+            exc = StoreUnreachable("s3://b/out", "cannot reach the store at http://127.0.0.1:9")
+            print("ctr_model.train:", spec.name, "error:", exc, file=sys.stderr, flush=True)
+            sys.exit(exit_code_of(exc))
     if plan.startswith("fail_once:"):
         flag = plan[len("fail_once:"):]
         if not os.path.exists(flag):
@@ -127,6 +146,62 @@ def test_transient_failure_is_retried_to_success(job_id, tiny_data, tmp_path):
     plan = {"trainer-0": f"fail_once:{tmp_path / 'flag'}"}
     result = LocalGang(make_spec(job_id, tiny_data, tmp_path, plan, max_retry=2), log=lambda m: None).run()
     assert result.attempts == 2
+
+
+def test_a_role_exiting_75_is_an_outage_and_is_retried(job_id, tiny_data, tmp_path):
+    """Exit 75 (the entrypoint gave up on an outage) restarts the gang, as on Volcano."""
+    plan = {"trainer-1": f"outage:{tmp_path / 'flag'}"}
+    logs = []
+    result = LocalGang(make_spec(job_id, tiny_data, tmp_path, plan, max_retry=2), log=logs.append).run()
+    assert result.attempts == 2
+    assert any("trainer-1 gave up on an outage (exit code 75): s3://b/out: cannot reach the store" in m
+               and "restarting the whole gang" in m for m in logs), logs
+
+
+def test_an_outage_that_outlives_the_retries_is_reported_as_an_outage(job_id, tiny_data, tmp_path):
+    spec = make_spec(job_id, tiny_data, tmp_path, {"pserver-0": "outage"}, max_retry=1)
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=lambda m: None).run()
+    assert (err.value.role, err.value.exit_code, err.value.details["attempts"]) == ("pserver-0", 75, 2)
+    assert family_of(err.value) is TransientError and exit_code_of(err.value) == EXIT_TRANSIENT
+    assert (tmp_path / "work" / "attempt-2").exists()
+
+
+def _entrypoint_spec(job_id, tiny_data, tmp_path, **kw):
+    """A 1x1 gang running the real ``python -m ctr_model.train``."""
+    return GangSpec(job_id=job_id, pservers=1, trainers=1, data_dir=tiny_data, output_dir=str(tmp_path / "out"),
+                    workdir=str(tmp_path / "work"), finish_timeout_s=1.0, **kw)
+
+
+def test_the_entrypoint_refusing_its_config_exits_2_and_the_gang_does_not_retry(job_id, tiny_data, tmp_path):
+    spec = _entrypoint_spec(job_id, tiny_data, tmp_path, train_config={"epochs": 0}, max_retry=2)
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=lambda m: None).run()
+    assert err.value.exit_code == EXIT_BAD_INPUT and err.value.phase == "BadInput"
+    assert "refused its input: config.epochs=0: use an integer in 1..1000" in err.value.reason
+    assert family_of(err.value) is BadInput and exit_code_of(err.value) == EXIT_BAD_INPUT
+    assert not (tmp_path / "work" / "attempt-2").exists(), "a deterministic input error was retried"
+
+
+def test_the_entrypoint_on_an_unreachable_store_exits_75_and_the_gang_retries(job_id, tiny_data, tmp_path):
+    """Every role of the real entrypoint finds the object store down (no Paddle is started): each
+    exits 75, the gang restarts, and the last failure is reported as the outage it is."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]          # nobody listens there
+    spec = _entrypoint_spec(job_id, tiny_data, tmp_path, max_retry=1,
+                            extra_env={"CTR_S3_ENDPOINT": f"http://127.0.0.1:{port}", "CTR_S3_RETRY_S": "1"})
+    spec = GangSpec(**{**spec.__dict__, "output_dir": "s3://ctr-nowhere/out"})
+    logs = []
+    with pytest.raises(TrainingJobFailed) as err:
+        LocalGang(spec, log=logs.append).run()
+    assert err.value.exit_code == EXIT_TRANSIENT and err.value.details["attempts"] == 2
+    assert "gave up on an outage (exit code 75)" in err.value.reason
+    assert f"cannot reach the store at http://127.0.0.1:{port}" in err.value.reason
+    assert family_of(err.value) is TransientError and exit_code_of(err.value) == EXIT_TRANSIENT
+    assert sum("restarting the whole gang" in m for m in logs) == 1, logs
 
 
 def test_pserver_exiting_zero_early_is_a_failure(job_id, tiny_data, tmp_path):

@@ -78,13 +78,13 @@ def test_numpy_scorer_is_the_paddle_program(model, model_config):
 def test_model_config_is_validated_once_naming_the_key_and_the_fix():
     assert TrainConfig().model == "dnn" and TrainConfig().model_config == {}
     assert TrainConfig(model="dcn_v2").model_config == {"cross_layers": 1, "low_rank": 32}
-    cases = [({"model": "xdeepfm"}, "TrainConfig.model='xdeepfm': use one of dnn, wide_deep, deepfm, dcn_v2"),
+    cases = [({"model": "xdeepfm"}, "config.model='xdeepfm': use one of dnn, wide_deep, deepfm, dcn_v2"),
              ({"model": "dcn_v2", "model_config": {"cross_layer": 2}},
-              "TrainConfig.model_config.cross_layer=2: not a key of model 'dcn_v2'; its keys are: "
+              "config.model_config.cross_layer=2: not a key of model 'dcn_v2'; its keys are: "
               "cross_layers (default 1), low_rank (default 32)"),
              ({"model": "dcn_v2", "model_config": {"cross_layers": 0}},
-              "TrainConfig.model_config.cross_layers=0: use an integer in 1..16"),
-             ({"model": "deepfm", "model_config": "x"}, "TrainConfig.model_config='x': pass a JSON object")]
+              "config.model_config.cross_layers=0: use an integer in 1..16"),
+             ({"model": "deepfm", "model_config": "x"}, "config.model_config='x': pass a JSON object")]
     for data, message in cases:
         with pytest.raises(ConfigError) as exc:
             TrainConfig.from_dict(data)
@@ -99,7 +99,7 @@ def test_warm_start_from_another_family_or_shape_is_refused_in_one_line():
                      meta={"schema_version": 1, "hash_buckets": old["hash_buckets"], "config": old})
     with pytest.raises(WarmStartError) as exc:
         check_compatible(init, TrainConfig(model="dcn_v2").to_dict(), 1, 1)
-    assert str(exc.value) == ("cannot warm-start from /m: its model is 'deepfm' but this run's is "
+    assert str(exc.value) == ("init_model='/m': cannot warm-start from it: its model is 'deepfm' but this run's is "
                               "'dcn_v2'; warm-start from a model of the same family or train from scratch")
     dcn = TrainConfig(model="dcn_v2").to_dict()
     init = WarmStart(model_dir="/m", checkpoint="/m/warm_start", pservers=1,

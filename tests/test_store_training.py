@@ -17,6 +17,7 @@ import pytest
 
 from ctr_model import store as s3
 from ctr_volcano.app.cli.main import main
+from ctr_volcano.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
 from ctr_volcano.training.local.backend import train_local
 from tests.gang_helpers import SMALL, gang_job_id, job_processes, parent_pid, write_small_planted
 
@@ -90,7 +91,8 @@ def test_bad_store_locations_fail_at_the_boundary(case, planted_uri, s3_bucket, 
         expect = "does not exist"
     rc, seconds = _train_cli(tmp_path, data, *extra)
     err = capsys.readouterr().err.strip()
-    assert rc == 2, err
+    # a store that refuses is bad input (2); one that cannot be reached is an outage (75), not the user's fault
+    assert rc == (EXIT_TRANSIENT if case == "unreachable-endpoint" else EXIT_BAD_INPUT), err
     assert len(err.splitlines()) == 1, err
     assert expect in err and "s3://" in err, err
     assert seconds < 15, f"took {seconds:.1f}s"

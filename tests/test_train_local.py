@@ -61,6 +61,7 @@ def test_two_by_two_learns_on_planted_data(planted, job_id, tmp_path):
     assert [e["epoch"] for e in m["epochs"]] == [1, 2]
     assert m["epochs"][0]["examples"] == 16_000                 # every row, no overlap, no loss
     assert m["epochs"][1]["examples_per_sec"] > 0
+    assert [e["progress_errors"] for e in m["epochs"]] == [0, 0]   # every progress read succeeded
     scorer = load_model(result.model_dir)
     ys, ps = zip(*scorer.predict_files(sorted(
         os.path.join(data, "test", f) for f in os.listdir(os.path.join(data, "test"))
@@ -132,7 +133,7 @@ def test_taken_port_gives_a_clear_error(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "ctr_model.train"], env=_pod_env(tmp_path, "pserver", 0, port),
                               capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+    assert f"CTR_PS_PORT={port}: already in use on 127.0.0.1" in proc.stderr
 
 
 def test_missing_variables_are_named_and_refused(tmp_path):
@@ -161,7 +162,7 @@ def test_unresolvable_pserver_host_fails_clearly_after_a_bounded_wait(tmp_path, 
 
 
 def test_own_host_name_is_retried_until_it_resolves():
-    from ctr_model.train import resolve_own_host
+    from ctr_model.train.peers import resolve_own_host
 
     assert resolve_own_host("localhost", timeout_s=0) == "127.0.0.1"
     started = time.monotonic()

@@ -65,7 +65,7 @@ def test_object_store_spec_wants_uris(kwargs, field):
 @pytest.mark.parametrize("kwargs,field", [
     ({"endpoint": "minio-service:9000"}, "object_store.endpoint"),
     ({"secret": "Bad_Name"}, "object_store.secret"),
-    ({"addressing": "dns"}, "object_store.endpoint"),
+    ({"addressing": "dns"}, "object_store.addressing"),
 ])
 def test_object_store_settings_are_validated(kwargs, field):
     with pytest.raises(BadInput) as err:

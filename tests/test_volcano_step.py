@@ -208,7 +208,7 @@ def test_volcano_step_checks_data_and_config_before_submitting(fake, tmp_path, p
     try:
         with pytest.raises(BadInput, match="only 2 shard"):
             run_training_step(str(prep), str(tmp_path / "m"), StepParams(trainers=3, **base), client=client)
-        with pytest.raises(BadInput, match="train_data"):
+        with pytest.raises(BadInput, match=r"^data='.*': has neither train/ nor schema.json"):
             run_training_step(str(tmp_path), str(tmp_path / "m"), StepParams(**base), client=client)
     finally:
         client.close()

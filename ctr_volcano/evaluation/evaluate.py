@@ -427,18 +427,12 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
             raise BadInput("model", model_dir, "pass the exported model directory written by training")
         from ctr_model.infer import load_model
 
-        try:
-            scorer = load_model(model_dir)
-        except ValueError as exc:  # ctr_model.infer.ModelError: names the missing file and the fix
-            raise BadInput("model", model_dir, str(exc)) from exc
+        scorer = load_model(model_dir)   # a ModelError (BadInput) names the missing file and the fix
     from ctr_model.features import check_split_schema
 
     meta = getattr(scorer, "meta", None) or {}
-    try:
-        doc = check_split_schema(split_dir, expected_buckets=meta.get("hash_buckets"),
-                                 any_spec="feature_spec" in meta)
-    except ValueError as exc:  # ctr_model.features.SchemaMismatch: version, columns or buckets differ
-        raise BadInput("data", split_dir, str(exc)) from exc
+    # a SchemaMismatch (BadInput, field data): version, columns or buckets differ
+    doc = check_split_schema(split_dir, expected_buckets=meta.get("hash_buckets"), any_spec="feature_spec" in meta)
     if doc.get("feature_spec", meta.get("feature_spec")) != meta.get("feature_spec", doc.get("feature_spec")):
         raise BadInput("data", split_dir, "prepped with another feature spec than the model was trained on "
                                           "(compare schema.json's feature_spec with model_meta.json's); "

@@ -66,17 +66,14 @@ class ModelRegistry:
     def __init__(self, root: str, model_name: str):
         import pyarrow.fs as pafs
 
-        from ctr_model.store import StoreError, filesystem_for
+        from ctr_model.store import filesystem_for
 
         if not root or not root.strip():
             raise BadInput("registry", root, "give a directory or object-store prefix, e.g. /mnt/ctr/registry")
         if not _NAME_RE.match(model_name or ""):
             raise BadInput("model_name", model_name, "use letters, digits, '.', '_' or '-' (e.g. ctr-dnn)")
         self.root, self.model_name = root, model_name
-        try:
-            self.fs, base = filesystem_for(root)
-        except StoreError as exc:
-            raise BadInput("registry", root, str(exc)) from None
+        self.fs, base = filesystem_for(root, field="registry")
         scheme = root.split("://", 1)[0] if "://" in root else ""
         self._scheme = {"": "", "minio": "s3://"}.get(scheme, f"{scheme}://")   # minio:// is S3
         self.local = isinstance(self.fs, pafs.LocalFileSystem)

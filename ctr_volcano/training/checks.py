@@ -31,8 +31,7 @@ class TrainData:
     features: Any = None
 
 
-def check_train_data(data_path: str, trainers: int, *, field: str, client: Any = None,
-                     model: str = "dnn") -> TrainData:
+def check_train_data(data_path: str, trainers: int, *, client: Any = None, model: str = "dnn") -> TrainData:
     """Both backends' checks of the training data, made before any gang starts (seconds, not hours).
 
     The ``train`` split must exist with this code's schema and at least ``trainers`` shards; a local
@@ -42,38 +41,31 @@ def check_train_data(data_path: str, trainers: int, *, field: str, client: Any =
     Args:
         data_path: a prep output (or its train split); an ``s3://`` URI needs ``client``.
         trainers: the gang's trainers (each takes whole shards).
-        field: the parameter that named ``data_path`` (for the error).
         client: a :class:`ctr_model.store.Store` when ``data_path`` is in the object store.
         model: the run's model family (``TrainConfig.model``).
 
     Raises:
-        BadInput: naming ``field`` (missing, unreadable or mismatched data), ``trainers`` or
-            ``config.model`` (a family that cannot train the spec's embedding dims).
+        BadInput: ``ctr_model``'s own, as they are: naming ``data`` (missing, unreadable or
+            mismatched data: ``DataError``, ``SchemaMismatch``), the store's URI (``StoreError``),
+            ``trainers`` (too few shards) or ``config.model`` (a family that cannot train the spec's
+            embedding dims).
+        TransientError: the object store stayed unreachable (``StoreUnreachable``).
     """
-    from ctr_model.data import DataError, check_enough_shards, resolve_split, trainable_features
-    from ctr_model.features import SchemaMismatch
-    from ctr_model.store import StoreError
-    from ctr_model.train import check_test_split
+    from ctr_model.data import check_enough_shards, check_test_split, resolve_split, trainable_features
 
-    try:
-        if client is not None:
-            from ctr_model.workspace import remote_split
+    if client is not None:
+        from ctr_model.workspace import remote_split
 
-            where, shards, schema = remote_split(client, data_path, "train")
-            trainable_features(schema, where)   # a spec the trainer cannot train fails here, not in the gang
-            found = TrainData(where=where, shards=len(shards), hash_buckets=0)
-        else:
-            split = resolve_split(data_path, "train")
-            check_test_split(data_path, split)   # scored after training: a bad one must fail before it
-            found = TrainData(where=split.path, shards=len(split.files), hash_buckets=split.hash_buckets,
-                              features=split.features)
-            _check_dims(model, split.features)
-    except (DataError, SchemaMismatch, StoreError) as exc:
-        raise BadInput(field, data_path, str(exc)) from None
-    try:
-        check_enough_shards(found.where, found.shards, trainers)
-    except DataError as exc:
-        raise BadInput("trainers", trainers, str(exc)) from None
+        where, shards, schema = remote_split(client, data_path, "train")
+        trainable_features(schema, where)   # a spec the trainer cannot train fails here, not in the gang
+        found = TrainData(where=where, shards=len(shards), hash_buckets=0)
+    else:
+        split = resolve_split(data_path, "train")
+        check_test_split(data_path, split)   # scored after training: a bad one must fail before it
+        found = TrainData(where=split.path, shards=len(split.files), hash_buckets=split.hash_buckets,
+                          features=split.features)
+        _check_dims(model, split.features)
+    check_enough_shards(found.where, found.shards, trainers)
     return found
 
 
@@ -87,7 +79,8 @@ def _check_dims(model: str, features: Any) -> None:
 
 def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
                      data_hash_buckets: Optional[int], features: Any = None) -> None:
-    """Refuse, as bad input, an init model the run described by ``config`` cannot continue.
+    """Refuse, as bad input (``WarmStartError``, naming ``init_model``), an init model the run
+    described by ``config`` cannot continue.
 
     ``hash_buckets`` follows the data when the config leaves it out, and ``embedding_dim`` the first
     sparse table's of the data's feature spec, as in the trainers; ``features``
@@ -96,14 +89,11 @@ def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
     from ctr_model.config import TrainConfig
     from ctr_model.features import SCHEMA_VERSION
     from ctr_model.sparse_tables import sparse_tables
-    from ctr_model.warm_start import WarmStartError, check_compatible, read_init_model
+    from ctr_model.warm_start import check_compatible, read_init_model
 
     full = TrainConfig.from_dict(config).to_dict()
     if "hash_buckets" not in config and data_hash_buckets:
         full["hash_buckets"] = data_hash_buckets
     full["embedding_dim"] = sparse_tables(features, full["embedding_dim"])[0].dim
-    try:
-        check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION,
-                         features.to_dict() if features is not None else None)
-    except WarmStartError as exc:
-        raise BadInput("init_model", init_model, str(exc)) from None
+    check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION,
+                     features.to_dict() if features is not None else None)

@@ -258,16 +258,13 @@ class StepParams:
         """The :class:`ctr_model.store.StoreConfig` of this step's own client: the pods' endpoint,
         region and addressing, except that :attr:`s3_step_endpoint` (if set) replaces the endpoint;
         keys from ``env`` (default: this process's environment)."""
-        from ctr_model.store import StoreConfig, StoreError
+        from ctr_model.store import StoreConfig, check_endpoint
 
         obj = self.object_store()
         endpoint = self.s3_step_endpoint or obj.endpoint
-        field = "s3_step_endpoint" if self.s3_step_endpoint else "s3_endpoint"
-        try:
-            return StoreConfig.from_env({**(os.environ if env is None else env), "CTR_S3_ENDPOINT": endpoint,
-                                         "CTR_S3_REGION": obj.region, "CTR_S3_ADDRESSING": obj.addressing})
-        except StoreError as exc:
-            raise BadInput(field, endpoint, str(exc)) from None
+        check_endpoint(endpoint, "s3_step_endpoint" if self.s3_step_endpoint else "s3_endpoint")
+        return StoreConfig.from_env({**(os.environ if env is None else env), "CTR_S3_ENDPOINT": endpoint,
+                                     "CTR_S3_REGION": obj.region, "CTR_S3_ADDRESSING": obj.addressing})
 
     @property
     def handoff_dir(self) -> str:
@@ -414,14 +411,14 @@ def train_config_of(params: StepParams) -> Dict[str, Any]:
 
 
 def checked_train_config(config: Mapping[str, Any]) -> Dict[str, Any]:
-    """``config`` as a dict once ``ctr_model``'s TrainConfig accepts it (the one ConfigError -> BadInput
-    mapping: the field is named ``config.<key>``, which the CLI turns into its flag)."""
-    from ctr_model.config import ConfigError, TrainConfig
+    """``config`` as a dict once ``ctr_model``'s TrainConfig accepts it.
 
-    try:
-        TrainConfig.from_dict(config)
-    except ConfigError as exc:
-        raise BadInput(f"config.{exc.field}", exc.value, exc.fix) from None
+    Raises:
+        ConfigError: a :class:`BadInput` naming ``config.<key>`` (which the CLI turns into its flag).
+    """
+    from ctr_model.config import TrainConfig
+
+    TrainConfig.from_dict(config)
     return dict(config)
 
 

@@ -78,12 +78,10 @@ class ObjectStore:
     scratch_size: Optional[str] = None
 
     def __post_init__(self) -> None:
-        from ctr_model.store import StoreConfig, StoreError
+        from ctr_model.store import check_addressing, check_endpoint
 
-        try:
-            StoreConfig(endpoint=self.endpoint, region=self.region, addressing=self.addressing)
-        except StoreError as exc:
-            raise BadInput("object_store.endpoint", self.endpoint, str(exc)) from None
+        check_endpoint(self.endpoint, "object_store.endpoint")
+        check_addressing(self.addressing, "object_store.addressing")
         if not self.endpoint:
             raise BadInput("object_store.endpoint", self.endpoint,
                            "give the S3 endpoint as the pods reach it, e.g. " + KFP_ARTIFACT_ENDPOINT)
@@ -97,10 +95,11 @@ class ObjectStore:
 
     def env(self) -> Tuple[Tuple[str, str], ...]:
         """The plain variables every pod gets (``ctr_model.store`` reads them)."""
+        from ctr_model.contract import ENV_SCRATCH_DIR
         from ctr_model.store import ENV_ADDRESSING, ENV_ENDPOINT, ENV_REGION
 
         return ((ENV_ENDPOINT, self.endpoint), (ENV_REGION, self.region),
-                (ENV_ADDRESSING, self.addressing), ("CTR_SCRATCH_DIR", SCRATCH_MOUNT))
+                (ENV_ADDRESSING, self.addressing), (ENV_SCRATCH_DIR, SCRATCH_MOUNT))
 
     def secret_env(self) -> Tuple[SecretEnv, ...]:
         """The credentials, by reference."""

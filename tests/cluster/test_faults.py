@@ -220,7 +220,7 @@ def test_a_claim_that_fills_during_a_checkpoint_fails_the_step_in_one_line(sandb
     assert err is not None, f"the step succeeded on a full claim\n{log}"
     head = str(err).splitlines()[0]
     print(f"\nfull claim after a {size}-byte checkpoint: {type(err).__name__}: {head[:400]}")
-    assert "no space left on device writing" in str(err) and str(claim) in str(err), f"{err}\n{log}"
+    assert "': no space left on device: " in str(err) and str(claim) in str(err), f"{err}\n{log}"
     assert getattr(err, "exit_code", None) == 2, f"{err!r}\n{log}"
     assert not [line for line in lines if "restarted:" in line], log          # no restart
     assert ckpt.latest_complete(str(output)).path == first.path               # the first one kept

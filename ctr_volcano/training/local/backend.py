@@ -110,7 +110,7 @@ def train_local(data_dir: str, model_dir: str,
     client = _store_client(os.fspath(data_dir), output_dir, env)
     if not s3.is_uri(os.fspath(data_dir)):
         data_dir = os.path.abspath(os.fspath(data_dir))
-    data = check_train_data(data_dir, trainers, field="data_dir", model=cfg.get("model", "dnn"),
+    data = check_train_data(data_dir, trainers, model=cfg.get("model", "dnn"),
                             client=client if s3.is_uri(data_dir) else None)
     hash_buckets = data.hash_buckets
     _check_output_prefix(output_dir, client)
@@ -157,10 +157,7 @@ def _store_client(data_dir: str, output_dir: Optional[str], env: Mapping[str, st
 
     if not (s3.is_uri(data_dir) or (output_dir and s3.is_uri(output_dir))):
         return None
-    try:
-        return s3.Store(s3.StoreConfig.from_env(env))
-    except s3.StoreError as exc:
-        raise BadInput("store_env", "CTR_S3_*/AWS_*", str(exc)) from None
+    return s3.Store(s3.StoreConfig.from_env(env))   # a StoreError names the variable at fault
 
 
 def _check_output_prefix(output_dir: Optional[str], client: Any) -> None:
@@ -172,10 +169,7 @@ def _check_output_prefix(output_dir: Optional[str], client: Any) -> None:
     if not s3.is_uri(output_dir):
         raise BadInput("output_dir", output_dir, "pass an s3://BUCKET/PREFIX URI, or use workdir "
                                                  "for a local output")
-    try:
-        client.check_bucket(output_dir)
-    except s3.StoreError as exc:
-        raise BadInput("output_dir", output_dir, str(exc)) from None
+    client.check_bucket(output_dir, field="output_dir")
 
 
 def _copy_model_out(output_dir: str, model_dir: str, client: Any) -> Dict[str, Any]:

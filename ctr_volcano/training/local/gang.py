@@ -9,7 +9,10 @@ pservers never exit by themselves; trainers hang forever when a pserver dies):
 * any role failing (a trainer exiting non-zero, a pserver exiting at all before the trainers are done,
   or a trainer making no progress for ``stall_timeout_s``) tears the whole gang down and restarts it,
   up to ``max_retry`` times, like ``PodFailed -> RestartJob``; then :class:`TrainingJobFailed` names
-  the role, its exit code and its log tail;
+  the role, its exit code and its log tail. A role's exit code is read as on Volcano, with
+  :func:`~ctr_volcano.errors.family_of_exit`: 2 (the role refused its input) fails at once, without a
+  restart (``TerminateJob``); 75 (an outage outlived the role's retries) and any other code restart
+  the gang, and the final error keeps the last role's exit code, so it reports an outage as one;
 * all trainers succeeded -> pservers stopped -> success (``TaskCompleted -> CompleteJob``);
 * SIGINT/SIGTERM and every error path reap every child process group; if the supervisor itself is
   SIGKILLed, a small reaper process kills every process carrying the gang's marker variable.
@@ -32,8 +35,9 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ctr_model.checks import is_int, is_positive
 from ctr_model.contract import (
+    ENV_CACHE_DIR,
+    ENV_SCRATCH_DIR,
     ENV_VOLCANO_DIR,
-    EXIT_BAD_INPUT,
     PSERVER,
     TRAINER,
     GangContract,
@@ -41,7 +45,15 @@ from ctr_model.contract import (
     role_env,
     volcano_plugin_env,
 )
-from ctr_volcano.errors import Interrupted, TrainingJobFailed
+from ctr_volcano.errors import (
+    BadInput,
+    Interrupted,
+    JobFailed,
+    TrainingJobFailed,
+    TransientError,
+    family_of,
+    family_of_exit,
+)
 
 if TYPE_CHECKING:
     from ctr_model.workspace import Workspace
@@ -209,7 +221,7 @@ def _tail(path: str, lines: int = 40) -> str:
 
 
 def _error_line(path: str) -> str:
-    """The last ``error:`` line of a role's log (the entrypoint prints exactly one before exit 2)."""
+    """The last ``error:`` line of a role's log (the entrypoint prints one before a failing exit)."""
     lines = [line for line in _tail(path, 200).splitlines() if "error:" in line]
     return lines[-1].split("error:", 1)[1].strip() if lines else "see its log"
 
@@ -266,7 +278,7 @@ class LocalGang:
                     return GangResult(attempts=attempt, seconds=time.time() - t_start, logs=logs)
                 except TrainingJobFailed as exc:
                     failure = exc
-                    if exc.phase == "BadInput":   # deterministic: another attempt fails the same way
+                    if family_of(exc) is BadInput:   # deterministic: another attempt fails the same way
                         raise
                     more = attempt <= self.spec.max_retry
                     self.log(f"gang {self.gang_id}: attempt {attempt} failed: {exc.reason} "
@@ -312,12 +324,12 @@ class LocalGang:
         base_env.update(spec.extra_env)
         base_env["PYTHONUNBUFFERED"] = "1"
         # trainers' slot-text cache: inside the attempt dir, so a killed trainer's cache is removed
-        base_env["CTR_CACHE_DIR"] = os.path.join(adir, "cache")
-        self._caches.append(base_env["CTR_CACHE_DIR"])
+        base_env[ENV_CACHE_DIR] = os.path.join(adir, "cache")
+        self._caches.append(base_env[ENV_CACHE_DIR])
         # object-store runs: each role's scratch (its working copy of the outputs), removed likewise
-        if "CTR_SCRATCH_DIR" not in base_env:
-            base_env["CTR_SCRATCH_DIR"] = os.path.join(adir, "scratch")
-            self._caches.append(base_env["CTR_SCRATCH_DIR"])
+        if ENV_SCRATCH_DIR not in base_env:
+            base_env[ENV_SCRATCH_DIR] = os.path.join(adir, "scratch")
+            self._caches.append(base_env[ENV_SCRATCH_DIR])
         self.log(f"gang {self.gang_id}: attempt {attempt}: {spec.pservers} pserver(s) on ports "
                  f"{ports[:-1]}, {spec.trainers} trainer(s); logs in {adir}")
         now = time.time()
@@ -359,14 +371,27 @@ class LocalGang:
         from ctr_model.workspace import open_workspace, stop_written_since
 
         if self._workspace is None:
-            self._workspace = open_workspace(self.spec.output_dir,
-                                             {**os.environ, **self.spec.extra_env})
+            try:
+                self._workspace = open_workspace(self.spec.output_dir,
+                                                 {**os.environ, **self.spec.extra_env})
+            except TransientError:   # the store is down: the pserver's exit counts as a failure
+                return False
         return stop_written_since(self._workspace, self._t_attempt)
 
     def _fail(self, phase: str, proc: _Proc, reason: str, code: Optional[int]) -> TrainingJobFailed:
         return TrainingJobFailed(self.spec.job_id, phase, reason, role=proc.name, exit_code=code,
                                  log_tail=_tail(proc.log_path),
                                  details={"gang_id": self.gang_id, "log": proc.log_path})
+
+    def _exited(self, proc: _Proc, code: int) -> TrainingJobFailed:
+        """The failure of a role that exited with ``code`` (not 0), by the code's family."""
+        family = family_of_exit(code)
+        if family is BadInput:
+            return self._fail("BadInput", proc, f"{proc.name} refused its input: {_error_line(proc.log_path)}", code)
+        if family is JobFailed:
+            return self._fail("Failed", proc, f"{proc.name} exited with code {code}", code)
+        return self._fail("Failed", proc, f"{proc.name} gave up on an outage (exit code {code}): "
+                                          f"{_error_line(proc.log_path)}", code)
 
     def _supervise(self, attempt: int) -> None:
         spec = self.spec
@@ -375,13 +400,10 @@ class LocalGang:
         while True:
             time.sleep(0.2)
             now = time.time()
-            for p in trainers + pservers:   # bad input: another attempt fails the same way
+            for p in trainers + pservers:   # a role's own error exit (2, 75), or a trainer's failure
                 code = p.popen.poll()
-                if code == EXIT_BAD_INPUT:
-                    raise self._fail("BadInput", p, f"{p.name} refused its input: {_error_line(p.log_path)}",
-                                     code)
-                if code is not None and code != 0 and p.role == TRAINER:
-                    raise self._fail("Failed", p, f"{p.name} exited with code {code}", code)
+                if code and (family_of_exit(code) is not JobFailed or p.role == TRAINER):
+                    raise self._exited(p, code)
             trainers_done = all(p.popen.poll() == 0 for p in trainers)
             if trainers_done:
                 for p in trainers:

@@ -93,7 +93,7 @@ def _check_before_submit(data_path: str, params: StepParams, init_model: Optiona
     ``client`` (a :class:`ctr_model.store.Store`) when ``data_path`` is an ``s3://`` URI.
     """
     config = checked_train_config(train_config_of(params))
-    data = check_train_data(data_path, params.trainers, field="train_data", client=client,
+    data = check_train_data(data_path, params.trainers, client=client,
                             model=config.get("model", "dnn"))
     if init_model:
         check_init_model(init_model, config, params.pservers, data.hash_buckets or None, data.features)
@@ -160,7 +160,7 @@ class VolcanoBackend:
 def _open_store_run(data_path: str, params: StepParams, name: str, init_model: Optional[str],
                     log: Callable[[str], None]) -> Tuple[Any, Any]:
     """The object-store hand-off: this step's client and the run's URIs, the data checked there."""
-    from ctr_model.store import Store, StoreError
+    from ctr_model.store import Store
     from ctr_volcano.training.volcano.objectstore import prepare_store_run
 
     if init_model:
@@ -169,12 +169,7 @@ def _open_store_run(data_path: str, params: StepParams, name: str, init_model: O
     obj = params.object_store()
     # this step signs with its own environment's keys (KFP: the same Secret as env), and reaches
     # the store at s3_step_endpoint when that differs from the pods' endpoint
-    config = params.step_store_config()
-    try:
-        store = Store(config)
-    except StoreError as exc:
-        raise BadInput("s3_step_endpoint" if params.s3_step_endpoint else "s3_endpoint", config.endpoint,
-                       str(exc)) from None
+    store = Store(params.step_store_config())   # a StoreError names the parameter at fault
     if params.s3_step_endpoint:
         log(f"[volcano] object store: this step uses {params.s3_step_endpoint}, the pods {obj.endpoint}")
     store_run = prepare_store_run(store, data_path, name, params.s3_root, log=log)
