@@ -163,7 +163,7 @@ def test_a_gang_whose_volume_fills_during_the_export_fails_in_one_line(tmp_path,
     script = f"""
 import json, os, shutil, subprocess
 from ctr_model.space import tree_bytes
-from ctr_volcano.errors import TrainingJobFailed
+from ctr_volcano.training.api import RoleRefused
 from ctr_volcano.training.local.backend import train_local
 vol = os.environ["VOLUME"]   # the hand-off volume: the gang's output directory (logs elsewhere)
 work = os.path.dirname(vol)
@@ -181,7 +181,7 @@ subprocess.run(["fallocate", "-l", str(st.f_bavail * st.f_frsize - leave), os.pa
 out = {{"export": export, "left": os.statvfs(vol).f_bavail * os.statvfs(vol).f_frsize}}
 try:
     train({str(tmp_path / "second")!r})
-except TrainingJobFailed as exc:
+except RoleRefused as exc:   # a role's exit 2, in the BadInput family on both backends
     out.update(error=str(exc).splitlines()[0], phase=exc.phase, role=exc.role, exit_code=exc.exit_code,
                tail=exc.log_tail[-3000:])
 out.update(model_left=os.path.exists(model), model_out=os.listdir({str(tmp_path / "second")!r}),

@@ -74,7 +74,7 @@ MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 500
 #: Modules still over :data:`MAX_MODULE_LINES`, each to be split by job; the test fails once one is
 #: within the limit, so the list only shrinks.
-OVER_MODULE_LIMIT = ("ctr_model/features.py", "ctr_model/train.py")
+OVER_MODULE_LIMIT: Tuple[str, ...] = ()
 
 
 def _py_files(package: str) -> List[Path]:

@@ -24,7 +24,6 @@ from ctr_volcano.errors import (
     exit_code_of,
     family_of,
 )
-from tools.planted_prep import write_planted_prep
 from ctr_volcano.training.local.gang import GangSpec, LocalGang
 from tests.gang_helpers import gang_job_id, job_processes
 from tools.planted_prep import write_planted_prep

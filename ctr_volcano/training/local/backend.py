@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Union
 
-from ctr_volcano.errors import BadInput
-from ctr_volcano.training.api import TrainResult
+from ctr_volcano.errors import BadInput, TrainingJobFailed
+from ctr_volcano.training.api import TrainResult, role_error
 from ctr_volcano.training.checks import check_init_model, check_train_data
 from ctr_volcano.training.params import (
     DEFAULT_STALL_TIMEOUT_S,
@@ -96,7 +96,9 @@ def train_local(data_dir: str, model_dir: str,
         :class:`TrainResult`.
 
     Raises:
-        BadInput: bad data dir, config, gang size or an init model this run cannot continue.
+        BadInput: bad data dir, config, gang size or an init model this run cannot continue; a role
+            refused its input (exited 2: :class:`~ctr_volcano.training.api.RoleRefused`).
+        TransientError: a role gave up on an outage (exited 75: ``RoleOutage``) in every attempt.
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
     from ctr_model import store as s3
@@ -137,7 +139,10 @@ def train_local(data_dir: str, model_dir: str,
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
-    result = LocalGang(spec, log=log).run()   # a failure keeps the temp dir: its gang logs tell why
+    try:
+        result = LocalGang(spec, log=log).run()   # a failure keeps the temp dir: its gang logs tell why
+    except TrainingJobFailed as exc:   # a role's exit 2 or 75 in its family, as on Volcano
+        raise role_error(exc) from None
     metrics = _copy_model_out(output_dir, model_dir, client if in_store else None)
     if own_workdir:
         # nobody can resume from a temp dir, and the model and metrics are out: leave nothing behind
