@@ -22,10 +22,13 @@ INSTALL_REQUIRES = [
     "onnx>=1.17,<2",           # `ctr-volcano export` and trainer 0 build model.onnx (no Paddle needed)
 ]
 
-# Running the ONNX model in this process (`ctr-volcano serve`, bench/serve.py, the parity tests). The
-# KServe server has its own environment (serving/requirements.txt): kserve 0.21 takes pandas < 3.
+# The model server (`ctr-volcano serve`: KServe V2 over onnxruntime), bench/serve.py and the parity
+# tests; the serving image installs this extra too (dockerfiles/Dockerfile.serving). One environment
+# with the training stack: pip's resolver takes kserve 0.21 beside kfp 2.17.3, kubernetes 30.1,
+# paddlepaddle 3.0.0 and numpy 2.4; kserve takes pandas < 3, which the tests' pandas >= 2.2 allows.
 SERVE_REQUIRES = [
     "onnxruntime>=1.20",
+    "kserve==0.21.0",
 ]
 
 # The training stack: the local backend and the trainer image (`pip install 'ctr-volcano[train]'`).

@@ -179,10 +179,10 @@ class Scorer:
         if missing:
             raise ModelError("data", missing[:5], "the input lacks these feature columns: score the output "
                                                   "of `ctr-volcano prep` with the model's feature spec")
-        dense = np.stack([table.column(d.name).to_numpy(zero_copy_only=False).astype(np.float32)
-                          for d in spec.dense], axis=1)
-        table_of = {slot: k for k, t in enumerate(self.tables) for slot in t.slots}
         n, pooled = table.num_rows, []
+        dense = np.stack([table.column(d.name).to_numpy(zero_copy_only=False).astype(np.float32)
+                          for d in spec.dense], axis=1) if spec.dense else np.zeros((n, 0), np.float32)
+        table_of = {slot: k for k, t in enumerate(self.tables) for slot in t.slots}
         for slot, c in enumerate(spec.categorical):
             col = table.column(c.name)
             col = col.combine_chunks() if hasattr(col, "combine_chunks") else col

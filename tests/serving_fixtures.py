@@ -3,7 +3,6 @@ the ONNX export and serving tests, and the raw test-split rows it is compared on
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 from typing import List, Tuple
 
@@ -35,27 +34,3 @@ def raw_lines(sample_dir: Path, limit: int) -> List[List[str]]:
                 if len(rows) == limit:
                     return rows
     return rows
-
-
-def _serving_venv() -> Path:
-    """A venv with serving/requirements.txt, as the serving image has it, keyed by that file's hash
-    (built once into ~/.cache/ctr-volcano, ~1-2 min); $CTR_SERVING_PYTHON names one instead."""
-    import hashlib
-    import subprocess
-    import sys
-
-    req = REPO / "serving" / "requirements.txt"
-    key = hashlib.sha256(req.read_bytes()).hexdigest()[:12]
-    venv = Path.home() / ".cache" / "ctr-volcano" / f"serving-venv-{key}"
-    python = venv / "bin" / "python"
-    if not (venv / ".complete").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(req)], check=True)
-        (venv / ".complete").write_text(key)
-    return python
-
-
-@pytest.fixture(scope="session")
-def serving_python() -> str:
-    """The interpreter of the serving environment (kserve + onnxruntime, no Paddle)."""
-    return os.environ.get("CTR_SERVING_PYTHON") or str(_serving_venv())

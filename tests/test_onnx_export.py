@@ -71,17 +71,3 @@ def test_export_verb_writes_the_repository_and_refuses_a_non_model(trained_model
     rc = cli.main(["export", "--model", str(tmp_path / "nothing")])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("ctr-volcano export: error: --model=") and "Traceback" not in err
-
-
-def test_a_family_the_graph_does_not_cover_is_refused_by_name(trained_model):  # noqa: F811
-    """The graph is the dnn family's: a model of another family gets the one line naming it and the
-    way out (training logs it and skips the file; ``ctr-volcano export`` exits 2 with it)."""
-    import dataclasses
-
-    from ctr_model.onnx_export import NotServable
-
-    scorer = load_model(str(trained_model[1]))
-    deepfm = dataclasses.replace(scorer, config=scorer.config.replace(model="deepfm"))
-    with pytest.raises(NotServable, match="covers the dnn family on single-valued features, not this model family 'deepfm'"):
-        build_graph(deepfm)
-    build_graph(scorer)       # the dnn it was

@@ -1,6 +1,6 @@
 """The InferenceService manifest, validated against the kserve package's V1beta1InferenceService
-(in the serving environment, where kserve is), its one-line refusals, and the serving image's
-Dockerfile kept in step with serving/requirements.txt and ctr_volcano/images.py."""
+(the serve extra brings kserve), its one-line refusals, and the serving image's Dockerfile
+installing the same extra, tagged as ctr_volcano/images.py names it."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,6 @@ import yaml
 from ctr_volcano import images
 from ctr_volcano.app.cli import main as cli
 from tests.conftest import REPO
-from tests.serving_fixtures import serving_python  # noqa: F401  (a fixture)
 
 URI = "s3://models/registry/ctr-dnn/versions/run-1/model"
 
@@ -70,34 +69,28 @@ except BadInput as exc:
 """
 
 
-def test_manifest_validates_against_kserves_model_and_a_typo_does_not(capsys, serving_python):  # noqa: F811
+def test_manifest_validates_against_kserves_model_and_a_typo_does_not(capsys):
     rc, out = _render(capsys)
     manifest = yaml.safe_load(out.out)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([serving_python, "-c", _CHECK, json.dumps(manifest)], env=env,
+    done = subprocess.run([sys.executable, "-c", _CHECK, json.dumps(manifest)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "REFUSED manifest.spec.predictor.containers[0].imagee=" in done.stdout
-    via_cli = subprocess.run([serving_python, "-m", "ctr_volcano.app.cli.main", "render-inference-service",
+    via_cli = subprocess.run([sys.executable, "-m", "ctr_volcano.app.cli.main", "render-inference-service",
                               "--model-uri", URI, "--check"], env=env, capture_output=True, text=True, timeout=120)
     assert via_cli.returncode == 0, via_cli.stderr[-2000:]
     checked = yaml.safe_load(via_cli.stdout)
     assert checked["spec"]["predictor"]["containers"][0]["env"] == [{"name": "STORAGE_URI", "value": URI}]
 
 
-def test_check_outside_the_serving_environment_says_where_to_run_it(capsys):
-    if "kserve" in sys.modules or __import__("importlib").util.find_spec("kserve"):
-        pytest.skip("kserve is installed here")
-    rc, out = _render(capsys, "--check")
-    assert rc == 2 and "serving environment" in out.err
-
-
-def test_serving_image_installs_the_pinned_requirements_and_is_tagged_as_images_names_it():
+def test_serving_image_installs_the_serve_extra_and_is_tagged_as_images_names_it():
+    """One environment: the image installs the package with the serve extra, as the Quick start's
+    environment does (no second list of pins to drift)."""
     dockerfile = (REPO / "dockerfiles" / "Dockerfile.serving").read_text()
     assert f"-t {images.SERVING_IMAGE} ." in dockerfile
-    assert "pip install -r serving/requirements.txt" in dockerfile and "pip install --no-deps ." in dockerfile
-    pins = [line.split("#")[0].strip() for line in (REPO / "serving" / "requirements.txt").read_text().splitlines()]
-    assert all("==" in p for p in pins if p) and not any(p.startswith("paddle") for p in pins)
+    assert 'pip install ".[serve]"' in dockerfile and "requirements" not in dockerfile
+    assert not (REPO / "serving" / "requirements.txt").exists()
 
 
 def test_publish_writes_the_manifest_beside_an_object_store_model_only(tmp_path):

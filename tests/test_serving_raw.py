@@ -1,16 +1,27 @@
-"""Raw request columns -> model inputs: the same numbers as prep's per-line transform, numeric dense
-columns (NaN = missing) equal to their text form, and every malformed column named."""
+"""Raw request columns -> the graph's inputs: Criteo's the same numbers as prep's per-line transform, a
+spec's the same as the transforms' per-value reference forms, every encoding of a value (text,
+numbers, JSON lists, the log's own separator) alike, and every malformed input named with its row."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from ctr_model.feature_spec import criteo_spec, spec_from_dict
 from ctr_model.features import transform_line
+from ctr_model.onnx_inputs import PAD_ID
+from ctr_model.transforms import categorical_ids, dense_value
 from ctr_volcano.errors import BadInput
-from ctr_volcano.serving.raw import RAW_INPUTS, model_inputs
+from ctr_volcano.serving.raw import RAW_INPUTS
+from ctr_volcano.serving.raw import model_inputs as feed
 from tests.serving_fixtures import raw_lines
 
 BUCKETS = 1 << 20
+
+
+def model_inputs(columns, buckets):
+    """(dense, ids) of the Criteo model's feed."""
+    out = feed(criteo_spec(buckets), columns)
+    return out["dense"], out["ids"]
 
 
 def _columns(rows):
@@ -39,7 +50,7 @@ def test_numeric_dense_columns_equal_their_text(sample_dir):
     (lambda c: c.update(extra=("BYTES", np.array(["1", "2"], dtype=object))), "inputs"),
     (lambda c: c.update(C3=("BYTES", np.array([1, 2], dtype=object))), "C3[0]"),
     (lambda c: c.update(I2=("BYTES", np.array(["1.5", "2"], dtype=object))), "I2[0]"),
-    (lambda c: c.update(C1=("INT64", np.array([1, 2]))), "C1"),
+    (lambda c: c.update(C1=("FP32", np.array([1.0, 2.0]))), "C1"),
     (lambda c: c.update(I1=("BYTES", np.array([["1", "2"]], dtype=object))), "I1"),
 ])
 def test_malformed_columns_are_named(edit, field):
@@ -48,3 +59,92 @@ def test_malformed_columns_are_named(edit, field):
     with pytest.raises(BadInput) as info:
         model_inputs(cols, BUCKETS)
     assert info.value.field == field and "\n" not in str(info.value)
+
+
+SPEC = spec_from_dict({"format": "csv", "header": True, "label": "clicked", "ignore": ["other"],
+                       "dense": [{"name": "visits", "transform": "criteo"}, {"name": "price", "fill": 2.0},
+                                 {"name": "age", "transform": "standardize", "mean": 30.0, "std": 5.0}],
+                       "categorical": [{"name": "user", "hash_buckets": 1000},
+                                       {"name": "items", "multivalued": True, "separator": "|",
+                                        "pooling": "mean", "max_length": 3}]})
+TEXT = {"visits": ["3", "", "-4"], "price": ["1.5", "", "1e2"], "age": ["31", "", "29.5"],
+        "user": ["u1", "", "123"], "items": ["a|b", "", "7|a|b|c"]}
+
+
+def _text_columns(**change):
+    cols = {k: ("BYTES", np.array(v, dtype=object)) for k, v in TEXT.items()}
+    cols.update(change)
+    return cols
+
+
+def test_a_spec_row_is_transformed_by_the_reference_forms():
+    """Each value as ``ctr_model.transforms``' per-value reference form gives it (empty: the fill; a
+    list cut at max_length; an empty list: the feature's empty id), then padded."""
+    out = feed(SPEC, _text_columns())
+    for j, d in enumerate(SPEC.dense):
+        assert out["dense"][:, j].tolist() == [dense_value(d, v) for v in TEXT[d.name]]
+    user, items = SPEC.categorical
+    assert out["ids"][:, 0].tolist() == [categorical_ids(SPEC, user, v)[0] for v in TEXT["user"]]
+    for i, v in enumerate(TEXT["items"]):
+        ids = categorical_ids(SPEC, items, v)
+        assert out["items"][i].tolist() == ids + [PAD_ID] * (3 - len(ids))
+    assert out["items"][1].tolist() == [1, PAD_ID, PAD_ID]       # slot 2's empty id
+
+
+def test_other_encodings_of_the_same_values_give_the_same_inputs():
+    base = feed(SPEC, _text_columns())
+    numbers = _text_columns(visits=("FP64", np.array([3.0, np.nan, -4.0])),
+                            price=("FP64", np.array([1.5, np.nan, 100.0])),
+                            age=("FP32", np.array([31, np.nan, 29.5], dtype=np.float32)))
+    jsons = _text_columns(items=("BYTES", np.array(['["a", "b"]', "[]", '[7, "a", "b", "c"]'], dtype=object)))
+    mixed = _text_columns(items=("BYTES", np.array(['["a","b"]', "", "7|a|b|c"], dtype=object)))
+    as_bytes = _text_columns(user=("BYTES", np.array([b"u1", b"", b"123"], dtype=object)))
+    with_log_columns = _text_columns(clicked=("BYTES", np.array(["0", "1", "0"], dtype=object)),
+                                     other=("BYTES", np.array(["x", "y", "z"], dtype=object)))
+    for cols in (numbers, jsons, mixed, as_bytes, with_log_columns):
+        out = feed(SPEC, cols)
+        assert all(np.array_equal(out[k], base[k]) for k in base), cols
+    ints = feed(SPEC, _text_columns(user=("INT64", np.array([5, 123, 7]))))
+    assert ints["ids"][1, 0] == base["ids"][2, 0]                # 123 and "123" are one id
+
+
+@pytest.mark.parametrize("change,field,fix", [
+    ({"price": ("BYTES", np.array(["1", "x", ""], dtype=object))}, "price[1]='x'", "not a number"),
+    ({"visits": ("BYTES", np.array(["1", "2", "2.5"], dtype=object))}, "visits[2]='2.5'", "integer text"),
+    ({"items": ("BYTES", np.array(["a", '["a", 1.5]', ""], dtype=object))}, "items[1]=", "send each id as text or an integer"),
+    ({"items": ("BYTES", np.array(["a", "[broken", ""], dtype=object))}, "items[1]='[broken'", "not a JSON list"),
+    ({"items": ("INT64", np.array([1, 2, 3]))}, "items='INT64'", "BYTES"),
+    ({"user": ("BYTES", np.array(["a", 3, "b"], dtype=object))}, "user[1]=3", "INT64"),
+    ({"price": ("BYTES", np.array(["1", "2"], dtype=object))}, "price='shape [2]'", "[3]"),
+    ({"extra": ("BYTES", np.array(["1", "2", "3"], dtype=object))}, "inputs=['extra']", "takes only"),
+])
+def test_malformed_spec_inputs_are_named_with_the_row_and_the_fix(change, field, fix):
+    with pytest.raises(BadInput) as info:
+        feed(SPEC, _text_columns(**change))
+    assert str(info.value).startswith(field) and fix in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_missing_input_is_named():
+    cols = _text_columns()
+    del cols["age"]
+    with pytest.raises(BadInput, match=r"inputs=\['age'\]: send one input per raw column"):
+        feed(SPEC, cols)
+
+
+def test_serve_refuses_a_directory_that_is_no_model_in_one_line(tmp_path, capsys):
+    from ctr_volcano.app.cli import main as cli
+
+    rc = cli.main(["serve", "--model", str(tmp_path), "--port", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"ctr-volcano serve: error: --model='{tmp_path}': ") and "Traceback" not in err
+    assert "no model_meta.json: pass the model/ directory" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="until ctr_model's criteo transform reads integral floats (issue 36, "
+                                       "h36-train): the server imports it, so this passes once that lands; "
+                                       "then remove this marker")
+def test_integral_floats_under_criteo_are_its_integers():
+    floats = feed(SPEC, _text_columns(visits=("BYTES", np.array(["260.0", "1e3", ""], dtype=object))))
+    ints = feed(SPEC, _text_columns(visits=("BYTES", np.array(["260", "1000", ""], dtype=object))))
+    assert np.array_equal(floats["dense"], ints["dense"])

@@ -1,14 +1,16 @@
-"""The KServe model server as a real process on loopback (in the serving venv, as the image has it):
+"""The KServe model server as a real process on loopback (in this environment: the serve extra):
 raw Criteo rows in, the exported scorer's probabilities out (prep's transforms, imported), unseen
 ids and missing values, and a malformed request answered with a 4xx naming the field."""
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
 
 from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS, transform_line
 from ctr_model.infer import load_model
-from tests.serving_fixtures import raw_lines, serving_python, trained_model  # noqa: F401
+from tests.serving_fixtures import raw_lines, trained_model  # noqa: F401
 from tools.model_server import model_server
 from tools.v2_client import V2Error, infer, infer_binary, rows_to_body
 
@@ -26,8 +28,8 @@ def _expected(model_dir, rows, hash_buckets):
 
 
 @pytest.fixture(scope="module")
-def server(serving_python, trained_model, tmp_path_factory):  # noqa: F811
-    with model_server(serving_python, trained_model[1], tmp_path_factory.mktemp("srv") / "server.log") as url:
+def server(trained_model, tmp_path_factory):  # noqa: F811
+    with model_server(sys.executable, trained_model[1], tmp_path_factory.mktemp("srv") / "server.log") as url:
         yield url
 
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from ctr_volcano.serving.raw import BYTES, RAW_INPUTS
 
-__all__ = ["rows_to_body", "infer", "V2Error"]
+__all__ = ["rows_to_body", "columns_to_body", "raw_to_body", "infer", "V2Error"]
 
 
 class V2Error(RuntimeError):
@@ -28,6 +28,40 @@ def rows_to_body(rows: Sequence[Sequence[str]]) -> Dict[str, Any]:
     columns = list(zip(*[r[1:1 + len(RAW_INPUTS)] for r in rows])) if rows else [()] * len(RAW_INPUTS)
     return {"inputs": [{"name": name, "datatype": BYTES, "shape": [len(rows)], "data": list(col)}
                        for name, col in zip(RAW_INPUTS, columns)]}
+
+
+def columns_to_body(columns: Dict[str, Tuple[str, Sequence[Any]]]) -> Dict[str, Any]:
+    """The V2 request of ``{input: (datatype, values)}``, one value per row each."""
+    return {"inputs": [{"name": name, "datatype": datatype, "shape": [len(values)], "data": list(values)}
+                       for name, (datatype, values) in columns.items()]}
+
+
+def raw_to_body(values: Dict[str, Sequence[Any]]) -> Dict[str, Any]:
+    """The V2 request of a log's raw values, column by column, as its client would send them: text
+    as is; numbers and integer ids as their text (``""`` for None); lists as JSON (``[]`` for None).
+    All BYTES: the server applies the feature spec's transforms."""
+    import json as _json
+
+    out: Dict[str, Tuple[str, Sequence[Any]]] = {}
+    for name, column in values.items():
+        if any(isinstance(v, (list, tuple)) for v in column):
+            out[name] = (BYTES, [_json.dumps(list(v or [])) for v in column])
+        else:
+            out[name] = (BYTES, [_text(v) for v in column])
+    return columns_to_body(out)
+
+
+def _text(value: Any) -> str:
+    """A raw value's text: a float's shortest round-trip form, an integer's decimal form."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    import numbers
+
+    return str(int(value)) if isinstance(value, numbers.Integral) else repr(float(value))
 
 
 def infer(url: str, body: Dict[str, Any], model: str = "ctr", timeout: float = 60.0) -> Tuple[List[float], Dict[str, Any]]:

@@ -1,15 +1,19 @@
 """The KServe model: a V2 (Open Inference Protocol) request of raw columns in, probabilities out.
 
-It runs in the serving image (dockerfiles/Dockerfile.serving, serving/requirements.txt: kserve,
-onnxruntime, no Paddle), so it imports only the light modules: the transforms through :mod:`.raw`
-and the manifest the export wrote. KServe's stock Paddle runtime reads a single float input and
-Triton would need the client to hash ids itself; this model takes what the service's log has.
+It runs wherever ``pip install "ctr-volcano[serve]"`` went (the Quick start's environment, the
+serving image, dockerfiles/Dockerfile.serving): kserve and onnxruntime beside the package, no Paddle
+needed. Any exported model is served, of any family and feature spec: the request names the spec's
+raw columns (:mod:`.raw` turns them into the graph's inputs with prep's transforms) and the graph is
+the export's ``model.onnx``, or built in memory from the model directory when the export did not
+write one (a model exported before every family and spec had a graph). KServe's stock Paddle runtime
+reads a single float input and Triton would need the client to transform and hash itself; this model
+takes what the service's log has.
 """
 from __future__ import annotations
 
-import os
+import logging
 import uuid
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import kserve
 import numpy as np
@@ -17,60 +21,76 @@ import onnxruntime as ort
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
-from ctr_model.onnx_export import ONNX_FILE, read_manifest
+from ctr_model.feature_spec import FeatureSpec
+from ctr_model.infer import ModelError
+from ctr_model.onnx_export import servable
+from ctr_model.onnx_inputs import OUTPUT, layout_of
 from ctr_volcano.errors import BadInput
-from ctr_volcano.serving.raw import model_inputs
+from ctr_volcano.serving.raw import model_inputs, raw_inputs, request_spec
 
-__all__ = ["CtrModel", "MODEL_NAME"]
+__all__ = ["CtrModel", "MODEL_NAME", "session"]
 
 MODEL_NAME = "ctr"
+_log = logging.getLogger(__name__)
 
 
-def session(model_dir: str, threads: int = 1) -> "ort.InferenceSession":
-    """An onnxruntime session on the model; one intra-op thread: requests are small and a server
-    runs several at once."""
+def session(model: bytes, threads: int = 1) -> "ort.InferenceSession":
+    """An onnxruntime session on the serialized graph; one intra-op thread: requests are small and a
+    server runs several at once."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    return ort.InferenceSession(os.path.join(model_dir, ONNX_FILE), sess_options=opts,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def load_served(model_dir: str) -> Tuple[FeatureSpec, "ort.InferenceSession"]:
+    """The spec whose raw columns the model takes, and a session on its graph.
+
+    Raises:
+        ModelError: not a model directory, or a graph whose inputs are not the spec's layout.
+    """
+    manifest, data, source = servable(model_dir)
+    spec = request_spec(manifest)
+    sess = session(data)
+    want = [name for name, _, _ in layout_of(spec).inputs()]
+    have = [i.name for i in sess.get_inputs()]
+    if have != want:
+        raise ModelError("model", source, f"its inputs {have} are not the {want} its feature spec implies: "
+                                          f"run `ctr-volcano export --model {model_dir}` again")
+    _log.info("model %s (%s): raw inputs %s; graph from %s", model_dir, manifest.get("model", "dnn"),
+              ", ".join(raw_inputs(spec)), source)
+    return spec, sess
 
 
 class CtrModel(kserve.Model):
-    """The exported model served as ``ctr`` (inputs ``I1..I13``, ``C1..C26``; output ``probability``)."""
+    """The exported model served as ``ctr``: one input per raw column of its feature spec (Criteo:
+    ``I1..I13``, ``C1..C26``), output ``probability``."""
 
     def __init__(self, model_dir: str, name: str = MODEL_NAME):
         super().__init__(name)
         self.model_dir = model_dir
-        self.hash_buckets = 0
+        self.spec: Optional[FeatureSpec] = None
         self._session: Optional[ort.InferenceSession] = None
 
     def load(self) -> bool:
-        manifest = read_manifest(self.model_dir)
-        if "feature_spec" in manifest:
-            raise BadInput("model_dir", self.model_dir, "this server takes Criteo's raw columns, but the model "
-                                                        "was trained on a feature spec: serve its model.onnx "
-                                                        "with onnxruntime or Triton directly (serving.json "
-                                                        "names its inputs)")
-        self.hash_buckets = int(manifest["hash_buckets"])
-        self._session = session(self.model_dir)
+        self.spec, self._session = load_served(self.model_dir)
         self.ready = True
         return self.ready
 
     def predict(self, payload: Any, headers: Optional[Dict[str, str]] = None) -> InferResponse:
+        assert self._session is not None and self.spec is not None
         if not isinstance(payload, InferRequest):
-            raise InvalidInput("request: send a V2 inference request (inputs I1..I13, C1..C26)")
+            raise InvalidInput(f"request: send a V2 inference request (inputs {', '.join(raw_inputs(self.spec)[:8])})")
         try:
             columns = {i.name: (i.datatype, i.as_numpy()) for i in payload.inputs}
         except ValueError as exc:
             raise InvalidInput(f"request: {exc}: the data does not fit the input's shape") from None
         try:
-            dense, ids = model_inputs(columns, self.hash_buckets)
+            feed = model_inputs(self.spec, columns)
         except BadInput as exc:
             raise InvalidInput(str(exc)) from None
-        assert self._session is not None
-        probs = self._session.run(["probability"], {"dense": dense, "ids": ids})[0]
-        out = InferOutput(name="probability", shape=[len(probs)], datatype="FP64")
+        probs = self._session.run([OUTPUT], feed)[0]
+        out = InferOutput(name=OUTPUT, shape=[len(probs)], datatype="FP64")
         out.set_data_from_numpy(np.asarray(probs, dtype=np.float64), binary_data=_wants_binary(payload))
         return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
                              infer_outputs=[out])

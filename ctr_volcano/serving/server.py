@@ -39,7 +39,7 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="ctr-serve", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, metavar="DIR", help="model directory with model.onnx + serving.json")
+    p.add_argument("--model", required=True, metavar="DIR", help="model directory (model_meta.json, dense.npz, sparse.npz; model.onnx if exported)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
     args = p.parse_args(argv)

@@ -40,10 +40,12 @@ def _export(args: argparse.Namespace) -> int:
 def register_serve(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="serve an exported model over KServe's V2 protocol on this machine",
-        description="Start the KServe model server (raw columns in, probabilities out) on --host:--port, "
-                    "127.0.0.1 by default; readiness at /v2/health/ready. Needs the serving environment "
-                    "(pip install -r serving/requirements.txt): kserve takes pandas < 3.")
-    p.add_argument("--model", required=True, metavar="DIR", help="model directory with model.onnx (ctr-volcano export)")
+        description="Start the KServe model server (the raw columns of the model's feature spec in, "
+                    "probabilities out) on --host:--port, 127.0.0.1 by default; readiness at "
+                    "/v2/health/ready. Any family and feature spec; a model without model.onnx gets "
+                    "its graph built in memory. Needs the serve extra: pip install \"ctr-volcano[serve]\".")
+    p.add_argument("--model", required=True, metavar="DIR", help="model directory (model_meta.json, dense.npz, "
+                                                                 "sparse.npz; model.onnx if exported)")
     p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: loopback only)")
     p.set_defaults(func=_serve)
@@ -52,20 +54,19 @@ def register_serve(subparsers) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from ctr_model.onnx_export import read_manifest
+    from ctr_model.infer import ModelError
     from ctr_volcano.errors import BadInput
 
     if importlib.util.find_spec("kserve") is None:
         raise BadInput("serve", "kserve not installed",
-                       "run it from the serving environment: pip install -r serving/requirements.txt "
-                       "into its own venv (kserve 0.21 takes pandas < 3), or the serving image")
-    try:
-        read_manifest(args.model)
-    except ValueError as exc:
-        raise BadInput("--model", args.model, str(exc)) from None
+                       "install the serve extra into this environment: pip install -e \".[serve]\" "
+                       "in a checkout, or pip install \"ctr-volcano[serve]\"")
     from ctr_volcano.serving.server import serve
 
-    serve(args.model, args.host, args.port)
+    try:
+        serve(args.model, args.host, args.port)
+    except ModelError as exc:
+        raise BadInput("--model", args.model, str(exc)) from None
     return 0
 
 
@@ -75,7 +76,7 @@ def register_render(subparsers) -> None:
         description="Print (YAML) a KServe InferenceService running the serving image on a published "
                     "model (--model-uri) or the registry's champion (--registry), V2 protocol, S3 "
                     "credentials by service-account reference. --check validates it against the kserve "
-                    "package's V1beta1InferenceService (needs the serving environment).")
+                    "package's V1beta1InferenceService (needs the serve extra).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model-uri", metavar="URI", help="the model directory, e.g. s3://bucket/prefix/model")
     src.add_argument("--registry", metavar="ROOT", help="model registry root: serve its champion")
@@ -119,8 +120,8 @@ def _render(args: argparse.Namespace) -> int:
                       args.service_account, args.cpu, args.memory)
     if args.check:
         if importlib.util.find_spec("kserve") is None:
-            raise BadInput("--check", True, "run it in the serving environment (pip install -r "
-                                            "serving/requirements.txt): the schema is the kserve package's")
+            raise BadInput("--check", True, "install the serve extra (pip install \"ctr-volcano[serve]\"): "
+                                            "the schema is the kserve package's")
         check(manifest)
     sys.stdout.write(yaml.safe_dump(manifest, sort_keys=False))
     return 0
