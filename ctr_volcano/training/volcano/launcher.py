@@ -38,6 +38,7 @@ from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
 from ctr_volcano.training.api import TrainResult
 from ctr_volcano.training.volcano.client import JobExists
 from ctr_volcano.training.volcano.diagnosis import (
+    Eviction,
     PodFailure,
     RestartCause,
     explain_restarts,
@@ -50,6 +51,7 @@ from ctr_volcano.training.volcano.diagnosis import (
 )
 from ctr_volcano.training.volcano.manifest import ANNOTATION_RUN, build_job, check_job
 from ctr_volcano.training.volcano.podlogs import LogFollower
+from ctr_volcano.training.volcano.preemption import EvictionReader, WorkLedger, annotate, crash_restarts
 from ctr_volcano.training.volcano.spec import TrainJobSpec
 from ctr_volcano.training.volcano.stall import Silent, StallWatchdog
 
@@ -136,10 +138,13 @@ class VolcanoLauncher:
         self.failures: Dict[str, PodFailure] = {}
         #: one cause per gang restart seen so far, in order (see :meth:`_explain_restarts`)
         self.restarts: List[RestartCause] = []
+        #: what gangs evicted to make room for another train again (:mod:`.preemption`)
+        self.ledger = WorkLedger(self.name, log)
+        self._evictions = EvictionReader(client, self.namespace, self.name, self._api)
         self._failures_lock = threading.Lock()
         self._watched_phase = ""
         self._watched_retry = 0
-        self.logs = LogFollower(self.name, self._read_log, log)
+        self.logs = LogFollower(self.name, self._read_log, self.ledger.tap(log))
         self._log_errors: set = set()
         self._cancel = threading.Event()
         self._cancel_signal: Optional[int] = None
@@ -267,10 +272,10 @@ class VolcanoLauncher:
             if phase != st.phase or retry != st.retry:
                 state = status.get("state") or {}
                 extra = f" ({state.get('reason')}: {state.get('message')})" if state.get("reason") else ""
+                self._explain_restarts(retry, job)
                 self.log(f"[volcano] job {self.name}: {phase}, attempt {retry + 1}/"
-                         f"{self.spec.volcano_max_retry}, running {status.get('running', 0)}, "
+                         f"{self._attempts_allowed()}, running {status.get('running', 0)}, "
                          f"succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}{extra}")
-                self._explain_restarts(retry)
                 st.phase, st.retry = phase, retry
                 self._watched_phase, self._watched_retry = phase, retry
             pods = self._api(self.client.list_pods, self.namespace, f"volcano.sh/job-name={self.name}")
@@ -488,9 +493,10 @@ class VolcanoLauncher:
             self.log(f"[volcano] pod {name} ({record.role}) failed: {record.reason}, exit code {record.exit_code}"
                      + (f"; last log lines:\n{_indent(record.log_tail)}" if record.log_tail else ""))
 
-    def _explain_restarts(self, retry: int) -> None:
+    def _explain_restarts(self, retry: int, job: Optional[Mapping[str, Any]] = None) -> None:
         """Log the cause of every restart not explained yet: the failed or evicted pod (its exit
-        code or eviction reason, its last log lines) and Volcano's event; kept in ``restarts``."""
+        code or eviction reason, its last log lines) and Volcano's event; kept in ``restarts``.
+        Restarts after failures beyond ``max_retry`` end the Job (:meth:`_out_of_retries`)."""
         if retry <= len(self.restarts):
             return
         try:
@@ -499,11 +505,39 @@ class VolcanoLauncher:
             events = []
         with self._failures_lock:
             failures = list(self.failures.values())
-        for cause in explain_restarts(retry, failures, events)[len(self.restarts):]:
+        new = explain_restarts(retry, failures, events)[len(self.restarts):]
+        for cause in annotate(new, {c.failure.uid: self._eviction(c.failure) for c in new
+                                    if c.failure is not None and c.failure.by_scheduler}):
             self.restarts.append(cause)
+            self.ledger.restarted(cause, next((f.log_tail for f in failures if f.retry == cause.attempt - 1
+                                               and f.pod.endswith("-trainer-0")), ""))
             tail = cause.failure.log_tail if cause.failure else ""
             self.log(f"[volcano] job {self.name}: {cause.describe()}"
                      + (f"; last log lines:\n{_indent(tail)}" if tail else ""))
+        if job is not None and _phase(job) not in FAILED_PHASES and crash_restarts(self.restarts) > self.spec.max_retry:
+            raise self._out_of_retries(job)
+
+    def _attempts_allowed(self) -> int:
+        """``max_retry + 1``, plus the restarts after evictions by the scheduler (not counted)."""
+        return self.spec.max_retry + 1 + len(self.restarts) - crash_restarts(self.restarts)
+
+    def _eviction(self, failure: PodFailure) -> Eviction:
+        """Who evicted ``failure``'s gang and for whom (best effort: the cause stays an eviction)."""
+        try:
+            return self._evictions.read(failure)
+        except (TransientError, BadInput) as exc:
+            self.log(f"[volcano] cannot read who evicted pod {failure.pod}: {exc}")
+            return Eviction(kind="Evicted")
+
+    def _out_of_retries(self, job: Mapping[str, Any]) -> TrainingJobFailed:
+        """More restarts after failures than ``max_retry`` (Volcano's own ``maxRetry`` leaves room for
+        evictions by the scheduler): delete the Job and fail as Volcano would have."""
+        crashes = crash_restarts(self.restarts)
+        self.log(f"[volcano] job {self.name}: {crashes} restarts after failures, more than "
+                 f"max_retry={self.spec.max_retry}; deleting the job")
+        error = self._failure(job, "Failed")
+        self._delete_quietly()
+        return error
 
     def _heartbeats(self, pods: List[Mapping[str, Any]], now: float) -> List[Silent]:
         """Feed the newest log line of every Running trainer to the watchdog; return the silent ones."""
@@ -548,8 +582,9 @@ class VolcanoLauncher:
         self._capture_failures(pods, int(status.get("retryCount") or 0))
         state = status.get("state") or {}
         records = list(self.failures.values())
-        first = next((r for r in records if r.exit_code == EXIT_BAD_INPUT), None) \
-            or next((r for r in records if r.role == "trainer"), records[0] if records else None)
+        own = [r for r in records if not r.by_scheduler] or records   # evictions for others are not the cause
+        first = next((r for r in own if r.exit_code == EXIT_BAD_INPUT), None) \
+            or next((r for r in own if r.role == "trainer"), own[0] if own else None)
         reason = " ".join(x for x in (state.get("reason"), state.get("message")) if x) or f"job {phase}"
         tail = first.log_tail if first else ""
         if first and first.exit_code == EXIT_BAD_INPUT:
