@@ -12,6 +12,10 @@ SIGTERM, fail on every terminal bad state), plus what Volcano users keep asking 
 * Volcano's ``RestartJob`` deletes failed pods and their logs, so the launcher captures every failed
   pod's reason, exit code and log tail as soon as it sees it, and a terminal failure raises
   :class:`~ctr_volcano.errors.TrainingJobFailed` carrying all of them;
+* a gang the scheduler evicts to make room for another (preemption, reclaim) is restarted by Volcano
+  and resumes from its checkpoint; the launcher names who took the room, does not count the
+  restart against ``max_retry`` (it counts the others itself) and logs what is trained again
+  (:mod:`~ctr_volcano.training.volcano.preemption`);
 * SIGTERM/SIGINT delete the Job and the step exits non-zero;
 * a Running gang whose trainer logs gain no line for ``stall_timeout_s`` (a hung trainer holds every
   slot of the gang while Volcano sees a healthy Running pod) fails the step naming the silent pods,
