@@ -23,7 +23,7 @@ from ctr_volcano.training.volcano.manifest import (
     validate_job,
 )
 from ctr_volcano.training.volcano.names import MAX_JOB_NAME, job_name_for
-from ctr_volcano.training.volcano.spec import PvcVolume, Resources, TrainJobSpec
+from ctr_volcano.training.volcano.spec import PREEMPTION_RESTARTS, PvcVolume, Resources, TrainJobSpec
 from ctr_volcano.util.k8s_syntax import is_dns1035_label
 
 
@@ -123,7 +123,9 @@ def test_specific_fields_land_where_volcano_reads_them(capsys, crd):
     spec = job["spec"]
     assert spec["queue"] == "research" and spec["priorityClassName"] == "high"
     assert "ttlSecondsAfterFinished" not in spec
-    assert spec["maxRetry"] == 1  # max_retry=0 restarts -> one attempt
+    # max_retry=0 restarts -> one attempt, plus room for restarts after the scheduler's evictions,
+    # which the launcher does not count against max_retry (preemption.py)
+    assert spec["maxRetry"] == 1 + PREEMPTION_RESTARTS
     assert spec["plugins"]["svc"] == ["--publish-not-ready-addresses", "--disable-network-policy"]
     assert {"event": "PodFailed", "action": "RestartJob"} in spec["policies"]
     ps, tr = spec["tasks"]

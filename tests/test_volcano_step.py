@@ -20,6 +20,7 @@ from ctr_volcano.training.step import run_training_step
 from ctr_volcano.training.volcano.client import KubeClient
 from ctr_volcano.training.volcano.handoff import build_pvc, copy_model_out, prepare_run_dir
 from ctr_volcano.training.volcano.rbac import RULES, allows, build_rbac
+from ctr_volcano.training.volcano.spec import PREEMPTION_RESTARTS
 from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,7 +165,8 @@ def test_cli_train_volcano_uses_the_same_step(fake, tmp_path, prep, capsys):
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["attempts"] == 1 and Path(out["model_dir"], "model_meta.json").is_file()
-    assert next(iter(fake.jobs.values()))["spec"]["maxRetry"] == 1
+    # one attempt, plus room for restarts after the scheduler's evictions (not counted: preemption.py)
+    assert next(iter(fake.jobs.values()))["spec"]["maxRetry"] == 1 + PREEMPTION_RESTARTS
 
 
 def test_cli_stall_timeout_reaches_the_launchers_watchdog(fake, tmp_path, prep):

@@ -286,14 +286,14 @@ class GangMonitor:
 
 
 def create_queue(api, name: str, *, weight: int = 1, reclaimable: bool = False,
-                 capability: Optional[Dict[str, str]] = None) -> None:
-    """Create a Volcano Queue and wait until its controller reports it Open."""
+                 capability: Optional[Dict[str, str]] = None, deserved: Optional[Dict[str, str]] = None) -> None:
+    """Create a Volcano Queue (the product's builder, ``ctr-volcano render-queue``'s) and wait until
+    its controller reports it Open."""
+    from ctr_volcano.training.volcano.queue import QueueSpec, build_queue
+
     co = _co(api)
-    spec: Dict[str, Any] = {"weight": weight, "reclaimable": reclaimable}
-    if capability:
-        spec["capability"] = dict(capability)
-    co.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", {
-        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec})
+    co.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", build_queue(QueueSpec(
+        name, weight=weight, reclaimable=reclaimable, capability=capability or {}, deserved=deserved or {})))
     wait_for(f"queue {name} Open", lambda: (co.get_cluster_custom_object(
         "scheduling.volcano.sh", "v1beta1", "queues", name).get("status") or {}).get("state") == "Open",
         timeout=30)

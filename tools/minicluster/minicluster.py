@@ -57,7 +57,7 @@ __all__ = [
     "HERE", "BUILD_SCRIPT", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
     "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
     "NodeShape", "DEFAULT_KCM_CONTROLLERS", "VOLCANO_WEBHOOKS", "webhook_configurations",
-    "DEFAULT_IMAGES", "API_SERVICE_ADDRESS", "API_SERVICE_PORT",
+    "DEFAULT_IMAGES", "API_SERVICE_ADDRESS", "API_SERVICE_PORT", "SCHEDULER_CONF",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -67,6 +67,9 @@ OUTCOME_LABEL = "kwok-test/outcome"
 AFTER_ANNOTATION = "kwok-test/after"
 MESSAGE_ANNOTATION = "kwok-test/message"
 EXIT_CODE_ANNOTATION = "kwok-test/exit-code"
+#: vc-scheduler's configuration: the one the product recommends to its users (``deploy/``), so the
+#: tier tests what users install (``$CTR_VOLCANO_SCHEDULER_CONF`` names another for an experiment).
+SCHEDULER_CONF = REPO / "deploy" / "volcano-scheduler.conf"
 ADMIN_TOKEN_USER = "minicluster-admin"
 #: Where the process nodes' pods reach the API server (``KUBERNETES_SERVICE_HOST``, port 443): host
 #: service 0 on the pod bridge (``hostservice.py``), which the API server's certificate names.
@@ -662,10 +665,11 @@ class MiniCluster:
         self._wait("vc-webhook-manager serving TLS", serving, deadline, "vc-webhook-manager", interval=0.3)
 
     def _start_volcano(self) -> None:
-        conf = Path(os.environ.get("CTR_VOLCANO_SCHEDULER_CONF") or HERE / "volcano-scheduler.conf")
+        conf = Path(os.environ.get("CTR_VOLCANO_SCHEDULER_CONF") or SCHEDULER_CONF)
         self._spawn("vc-scheduler", [
             "vc-scheduler", f"--kubeconfig={self.kubeconfig}", "--scheduler-name=volcano",
-            f"--scheduler-conf={conf}", "--leader-elect=false",
+            # a conf it cannot read or parse stops it, instead of Volcano's silent fallback to its default
+            f"--scheduler-conf={conf}", "--disable-default-scheduler-config", "--leader-elect=false",
             f"--schedule-period={self.schedule_period}",
             f"--listen-address=127.0.0.1:{_free_port()}", f"--healthz-address=127.0.0.1:{_free_port()}",
             "--kube-api-qps=200", "--kube-api-burst=400", "-v=2",

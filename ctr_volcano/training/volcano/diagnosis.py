@@ -10,11 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["PodFailure", "RestartCause", "podgroup_summary", "recent_events", "pod_problems", "terminated",
-           "killed_by_volcano", "evicted", "is_failure", "role_of", "failure_of", "explain_restarts"]
+__all__ = ["PodFailure", "RestartCause", "Eviction", "SCHEDULER_EVICTION", "podgroup_summary", "recent_events",
+           "pod_problems", "terminated", "killed_by_volcano", "evicted", "is_failure", "role_of", "failure_of",
+           "explain_restarts"]
 
 #: Volcano's annotation on each pod: the Job's retry count when the pod was created.
 RETRY_ANNOTATION = "volcano.sh/job-retry-count"
+#: The ``DisruptionTarget`` reason vc-scheduler writes on a pod it evicts to make room for another
+#: gang (gangpreempt, gangreclaim and the older preempt, reclaim: ``defaultEvictor.Evict``).
+SCHEDULER_EVICTION = "PreemptionByScheduler"
 
 _WAITING_PROBLEMS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                      "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
@@ -33,6 +37,8 @@ class PodFailure:
         message: the termination/pod message.
         log_tail: the last lines of the container's log.
         retry: the job's retry count when the failure was seen.
+        node: the node the pod ran on ("" if it was never placed).
+        at: when it was evicted (the ``DisruptionTarget`` condition's time), "" if it was not.
     """
 
     pod: str
@@ -43,11 +49,18 @@ class PodFailure:
     message: str
     log_tail: str
     retry: int
+    node: str = ""
+    at: str = ""
 
     def as_dict(self) -> Dict[str, Any]:
         return {"pod": self.pod, "role": self.role, "uid": self.uid, "reason": self.reason,
                 "exit_code": self.exit_code, "message": self.message, "log_tail": self.log_tail,
-                "retry": self.retry}
+                "retry": self.retry, "node": self.node, "at": self.at}
+
+    @property
+    def by_scheduler(self) -> bool:
+        """Evicted by vc-scheduler to make room for another gang (preempted or reclaimed)."""
+        return self.reason == SCHEDULER_EVICTION
 
 
 def podgroup_summary(pg: Mapping[str, Any], pg_name: str) -> Tuple[str, List[Mapping[str, Any]]]:
@@ -151,12 +164,15 @@ def failure_of(job: str, pod: Mapping[str, Any], retry: int, log_tail: str) -> P
     status = pod.get("status") or {}
     term = terminated(pod) or {}
     eviction = evicted(pod)
+    at = next((str(c.get("lastTransitionTime") or "") for c in status.get("conditions") or []
+               if c.get("type") == "DisruptionTarget" and str(c.get("status")) == "True"), "")
     return PodFailure(
         pod=str(meta.get("name", "")), role=role_of(job, pod), uid=str(meta.get("uid") or meta.get("name")),
         reason=eviction[0] if eviction else term.get("reason") or status.get("reason") or "Failed",
         exit_code=term.get("exitCode"),
         message=(eviction[1] if eviction else "") or term.get("message") or status.get("message") or "",
-        log_tail=log_tail, retry=_pod_retry(pod, retry))
+        log_tail=log_tail, retry=_pod_retry(pod, retry),
+        node=str((pod.get("spec") or {}).get("nodeName") or ""), at=at if eviction else "")
 
 
 def _pod_retry(pod: Mapping[str, Any], seen: int) -> int:
@@ -171,6 +187,29 @@ def _pod_retry(pod: Mapping[str, Any], seen: int) -> int:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    """A gang the scheduler evicted to make room for another one.
+
+    Attributes:
+        kind: ``Preempted`` (``gangpreempt``/``preempt``: a higher-priority gang of the same queue),
+            ``Reclaimed`` (``gangreclaim``/``reclaim``: a queue below its deserved share took its
+            room back), or ``Evicted`` when Volcano's event naming the action was not found.
+        action: Volcano's action, from the pod's ``Evict`` event ("" if not read).
+        by: the gangs placed in the room it left (``namespace/job (queue q)``); empty when none is
+            visible to the launcher (its RBAC reads one namespace).
+    """
+
+    kind: str
+    action: str = ""
+    by: Tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        who = " and ".join(self.by) if self.by else "a gang the launcher cannot see (another namespace)"
+        how = f" (Volcano's {self.action})" if self.action else ""
+        return f"{self.kind} by {who}{how}"
+
+
+@dataclass(frozen=True)
 class RestartCause:
     """Why Volcano restarted the gang's attempt ``attempt`` (1-based).
 
@@ -178,16 +217,25 @@ class RestartCause:
         attempt: the attempt that was restarted.
         failure: the pod failure seen during that attempt (the first one), if any.
         event: Volcano's ``ExecuteAction`` event for the restart ("" if none was read).
+        eviction: set when the scheduler evicted the gang to make room for another one (see
+            :mod:`~ctr_volcano.training.volcano.preemption`).
     """
 
     attempt: int
     failure: Optional[PodFailure]
     event: str
+    eviction: Optional[Eviction] = None
 
     @property
     def explained(self) -> bool:
         """A restart is explained when a pod of that attempt failed or was evicted."""
         return self.failure is not None
+
+    @property
+    def counts_against_max_retry(self) -> bool:
+        """Crashes, lost nodes and unexplained restarts use up ``max_retry``; making room for another
+        gang (preemption, reclaim) does not: the gang did nothing wrong and resumes from its checkpoint."""
+        return self.eviction is None
 
     def describe(self) -> str:
         """One line: the pod, its exit code or eviction reason, and Volcano's event."""
@@ -195,6 +243,8 @@ class RestartCause:
         what = (f"pod {f.pod} ({f.role}) {f.reason}"
                 + (f", exit code {f.exit_code}" if f.exit_code is not None else "")
                 + (f": {f.message}" if f.message else "")) if f else "no failed or evicted pod was seen"
+        if self.eviction is not None:
+            what = f"{self.eviction.describe()}: {what}; not counted against max_retry"
         return f"attempt {self.attempt} restarted: {what}" + (f"; Volcano: {self.event}" if self.event else "")
 
 
@@ -215,14 +265,16 @@ def explain_restarts(retry_count: int, failures: Sequence[PodFailure],
 
     Why the retry count is the key: Volcano bumps it on each restart, and every failure was recorded
     with the count seen at the time, so failures with ``retry == r`` are what ended attempt ``r + 1``
-    (a real exit code or an eviction is preferred over a kill by signal, often a consequence). The
-    events give Volcano's side ("Start to execute action RestartJob"), in order.
+    (an eviction by the scheduler first: the gang's other pods may crash when it takes their peers
+    away; then a real exit code over a kill by signal, often a consequence). The events give
+    Volcano's side ("Start to execute action RestartJob"), in order.
     """
     decisions = _restart_events(events)
     causes = []
     for r in range(retry_count):
         mine = [f for f in failures if f.retry == r]
-        first = next((f for f in mine if f.exit_code not in (137, 143)), mine[0] if mine else None)
+        first = next((f for f in mine if f.by_scheduler), None) \
+            or next((f for f in mine if f.exit_code not in (137, 143)), mine[0] if mine else None)
         causes.append(RestartCause(attempt=r + 1, failure=first,
                                    event=decisions[r] if r < len(decisions) else ""))
     return causes

@@ -16,7 +16,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ctr_volcano.errors import EXIT_BAD_INPUT, TrainingJobFailed
 from ctr_volcano.training.api import role_error
-from ctr_volcano.training.volcano.diagnosis import PodFailure, RestartCause, explain_restarts, failure_of, is_failure
+from ctr_volcano.training.volcano.diagnosis import (
+    Eviction,
+    PodFailure,
+    RestartCause,
+    explain_restarts,
+    failure_of,
+    is_failure,
+)
+from ctr_volcano.training.volcano.preemption import annotate
 
 __all__ = ["FailureLog", "error_line", "indent"]
 
@@ -60,14 +68,26 @@ class FailureLog:
         with self._lock:
             return list(self.records.values())
 
-    def explain_restarts(self, retry: int, events: List[Mapping[str, Any]]) -> None:
+    def explain_restarts(self, retry: int, events: List[Mapping[str, Any]],
+                         eviction_of: Callable[[PodFailure], Eviction]) -> List[RestartCause]:
         """Log the cause of every restart not explained yet (the failed or evicted pod, its exit
-        code or eviction reason, its last log lines, Volcano's event); kept in :attr:`restarts`."""
-        for cause in explain_restarts(retry, self.all(), events)[len(self.restarts):]:
+        code or eviction reason, its last log lines, Volcano's event; for a gang the scheduler
+        evicted, ``eviction_of`` says who took its room); kept in :attr:`restarts`, and returned."""
+        new = explain_restarts(retry, self.all(), events)[len(self.restarts):]
+        evicted = {c.failure.uid: eviction_of(c.failure) for c in new
+                   if c.failure is not None and c.failure.by_scheduler}
+        causes = annotate(new, evicted)
+        for cause in causes:
             self.restarts.append(cause)
             tail = cause.failure.log_tail if cause.failure else ""
             self.log(f"[volcano] job {self.job}: {cause.describe()}"
                      + (f"; last log lines:\n{indent(tail)}" if tail else ""))
+        return causes
+
+    def trainer0_tail(self, attempt: int) -> str:
+        """The captured log tail of trainer 0 in ``attempt`` (1-based), or ``""``."""
+        return next((f.log_tail for f in self.all() if f.retry == attempt - 1
+                     and f.pod.endswith("-trainer-0")), "")
 
     def terminal_error(self, job: Mapping[str, Any], phase: str,
                        extra: Optional[Dict[str, Any]] = None) -> Exception:
@@ -96,7 +116,9 @@ class FailureLog:
 
 
 def _cause(records: List[PodFailure]) -> Optional[PodFailure]:
-    """The failure that ended the Job: a refused input, else the last attempt's trainer, else any."""
+    """The failure that ended the Job: a refused input, else the last attempt's trainer, else any;
+    a pod the scheduler evicted for another gang only when no other failed."""
+    records = [r for r in records if not r.by_scheduler] or records
     refused = [r for r in records if r.exit_code == EXIT_BAD_INPUT]
     if refused:
         return refused[0]

@@ -13,6 +13,10 @@ SIGTERM, fail on every terminal bad state), plus what Volcano users keep asking 
   code and log tail is kept as soon as the poll or the pod watch sees it, and a terminal failure
   raises the error of the failed role's exit-code family, carrying all of them
   (:mod:`~ctr_volcano.training.volcano.failures`);
+* a gang the scheduler evicts to make room for another (preemption, reclaim) is restarted by Volcano
+  and resumes from its checkpoint; the launcher names who took the room, does not count the
+  restart against ``max_retry`` (it counts the others itself) and logs what is trained again
+  (:mod:`~ctr_volcano.training.volcano.preemption`);
 * SIGTERM/SIGINT wake every wait at once, delete the Job, and the step exits non-zero;
 * a Running gang whose trainer logs gain no line for ``stall_timeout_s`` (a hung trainer holds every
   slot of the gang while Volcano sees a healthy Running pod) fails the step naming the silent pods,
@@ -43,12 +47,13 @@ from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
 from ctr_volcano.training.api import TrainResult
 from ctr_volcano.training.volcano.api_calls import ApiCalls, Cancelled
 from ctr_volcano.training.volcano.client import JobExists
-from ctr_volcano.training.volcano.diagnosis import PodFailure
+from ctr_volcano.training.volcano.diagnosis import Eviction, PodFailure
 from ctr_volcano.training.volcano.failures import FailureLog
 from ctr_volcano.training.volcano.manifest import ANNOTATION_RUN, build_job, check_job
 from ctr_volcano.training.volcano.pending import explain_pending
 from ctr_volcano.training.volcano.podlogs import LogFollower
 from ctr_volcano.training.volcano.podwatch import PodWatch
+from ctr_volcano.training.volcano.preemption import EvictionReader, WorkLedger, crash_restarts
 from ctr_volcano.training.volcano.spec import TrainJobSpec
 from ctr_volcano.training.volcano.stall import StallWatchdog, feed_heartbeats, stall_error
 
@@ -144,7 +149,10 @@ class VolcanoLauncher:
         self.failures = FailureLog(self.name, self._read_log, log, tail_lines)
         self.watched = _Watched()
         self.pod_watch = PodWatch(client, self.namespace, self._selector, self._on_pod, self.calls, log)
-        self.logs = LogFollower(self.name, self._read_log, log)
+        #: what gangs evicted to make room for another train again (:mod:`.preemption`)
+        self.ledger = WorkLedger(self.name, log)
+        self._evictions = EvictionReader(client, self.namespace, self.name, self._api)
+        self.logs = LogFollower(self.name, self._read_log, self.ledger.tap(log))
         self._log_errors: set = set()
         self.watchdog = StallWatchdog(spec.stall_timeout_s)
         # Reading one log line per trainer is cheap, but not every poll on a big gang.
@@ -303,7 +311,7 @@ class VolcanoLauncher:
         phase, status = _phase(job), job.get("status") or {}
         retry = int(status.get("retryCount") or 0)
         if (phase, retry) != (self.watched.phase, self.watched.retry):
-            self._phase_changed(phase, retry, status)
+            self._phase_changed(phase, retry, job)
         pods = self._api(self.client.list_pods, self.namespace, self._selector)
         if self.watched.counts_failures:
             self.failures.capture(pods, retry)
@@ -327,15 +335,41 @@ class VolcanoLauncher:
                                     "someone else while being watched")
         return job
 
-    def _phase_changed(self, phase: str, retry: int, status: Mapping[str, Any]) -> None:
+    def _phase_changed(self, phase: str, retry: int, job: Mapping[str, Any]) -> None:
+        status = job.get("status") or {}
         state = status.get("state") or {}
         extra = f" ({state.get('reason')}: {state.get('message')})" if state.get("reason") else ""
-        self.log(f"[volcano] job {self.name}: {phase}, attempt {retry + 1}/"
-                 f"{self.spec.volcano_max_retry}, running {status.get('running', 0)}, "
-                 f"succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}{extra}")
         if retry > len(self.failures.restarts):
-            self.failures.explain_restarts(retry, self._job_events())
+            for cause in self.failures.explain_restarts(retry, self._job_events(), self._eviction):
+                self.ledger.restarted(cause, self.failures.trainer0_tail(cause.attempt))
+        self.log(f"[volcano] job {self.name}: {phase}, attempt {retry + 1}/"
+                 f"{self._attempts_allowed()}, running {status.get('running', 0)}, "
+                 f"succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}{extra}")
         self.watched.phase, self.watched.retry = phase, retry
+        if phase not in FAILED_PHASES and crash_restarts(self.failures.restarts) > self.spec.max_retry:
+            raise self._out_of_retries(job)
+
+    def _attempts_allowed(self) -> int:
+        """``max_retry + 1``, plus the restarts after evictions by the scheduler (not counted)."""
+        restarts = self.failures.restarts
+        return self.spec.max_retry + 1 + len(restarts) - crash_restarts(restarts)
+
+    def _eviction(self, failure: PodFailure) -> Eviction:
+        """Who evicted ``failure``'s gang and for whom (best effort: the cause stays an eviction)."""
+        try:
+            return self._evictions.read(failure)
+        except (TransientError, BadInput) as exc:
+            self.log(f"[volcano] cannot read who evicted pod {failure.pod}: {exc}")
+            return Eviction(kind="Evicted")
+
+    def _out_of_retries(self, job: Mapping[str, Any]) -> Exception:
+        """More restarts after failures than ``max_retry`` (Volcano's own ``maxRetry`` leaves room for
+        evictions by the scheduler): delete the Job and fail as Volcano would have."""
+        self.log(f"[volcano] job {self.name}: {crash_restarts(self.failures.restarts)} restarts after "
+                 f"failures, more than max_retry={self.spec.max_retry}; deleting the job")
+        error = self._failure(job, "Failed")
+        self._delete_quietly()
+        return error
 
     def _on_pod(self, pod: Mapping[str, Any]) -> None:
         """The pod watch's callback (its own thread)."""

@@ -31,12 +31,17 @@ from ctr_volcano.util.k8s_syntax import (
 from ctr_volcano.version import __version__
 
 __all__ = ["Resources", "PvcVolume", "TrainJobSpec", "role_resources", "DEFAULT_PS_PORT", "DEFAULT_GLOO_PORT",
-           "DEFAULT_UID"]
+           "DEFAULT_UID", "PREEMPTION_RESTARTS"]
 
 _RESERVED = ", ".join(f"{p}*" for p in RESERVED_ENV_PREFIXES)
 
 #: Non-root user the pods run as (the trainer image creates it; see dockerfiles/Dockerfile.trainer).
 DEFAULT_UID = 1000
+#: Restarts after the scheduler evicted the gang to make room for another (gangpreempt,
+#: gangreclaim) that the Job's ``maxRetry`` allows beyond ``max_retry``: Volcano counts every
+#: restart, the launcher only the others (:mod:`~ctr_volcano.training.volcano.preemption`). A gang
+#: evicted more often than this in one run fails, as Volcano's ``maxRetry`` says.
+PREEMPTION_RESTARTS = 10
 
 @dataclass(frozen=True)
 class Resources:
@@ -139,7 +144,8 @@ class TrainJobSpec:
         queue: the Volcano queue (must exist and be Open).
         priority_class: a PriorityClass name; ``None`` for the cluster default.
         max_retry: how many times the whole gang is restarted after a pod fails or is evicted
-            (Volcano ``maxRetry`` = ``max_retry + 1`` attempts).
+            (a lost node, a drain); restarts after the scheduler evicted the gang to make room for
+            another (preemption, reclaim) are not counted (:mod:`~ctr_volcano.training.volcano.preemption`).
         ttl_seconds_after_finished: Volcano deletes the finished Job after this long; ``None`` keeps it.
         schedule_timeout_s: how long the launcher lets the gang stay Pending before giving up.
         stall_timeout_s: the launcher fails the step and deletes the Job when a Running trainer's
@@ -398,8 +404,10 @@ class TrainJobSpec:
 
     @property
     def volcano_max_retry(self) -> int:
-        """Volcano's ``maxRetry``: the number of attempts, i.e. restarts + 1."""
-        return self.max_retry + 1
+        """Volcano's ``maxRetry``: the number of attempts, i.e. restarts + 1, plus room for
+        :data:`PREEMPTION_RESTARTS` restarts after the scheduler evicted the gang for another one
+        (Volcano counts those too; the launcher enforces ``max_retry`` on the others)."""
+        return self.max_retry + 1 + PREEMPTION_RESTARTS
 
 
 def role_resources(task: TaskPodConfig, *, cpu: str, memory: str, gpus: int) -> Tuple[Any, Any]:
