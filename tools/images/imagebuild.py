@@ -340,9 +340,15 @@ def _unpack(steps: _Steps, ref: str, dest: Path) -> None:
         subprocess.run(["buildah", "rm", ctr], capture_output=True)
 
 
+def _slot(name: str, tag: Optional[str]) -> Path:
+    """Where the unpacked copies of image ``name`` live: ``<cache>/rootfs/<name>``, or
+    ``<name>-variants`` for builds of another tree under another tag (a test's broken copy)."""
+    return cache_root() / (name if tag is None else f"{name}-variants")
+
+
 def _build_one(spec: ImageSpec, key: str, context: Path, stream: Optional[IO[str]], tag: Optional[str]) -> Path:
-    """Build, tag and unpack ``spec`` into ``<cache>/rootfs/<name>/<key>``; that directory."""
-    root = cache_root() / spec.name / key
+    """Build, tag and unpack ``spec`` into ``<slot>/<key>``; that directory."""
+    root = _slot(spec.name, tag) / key
     ref = tag or spec.ref
     steps = _Steps(f"{spec.name} image {ref}", root.parent / f"build-{key}.log", stream)
     t0 = time.monotonic()
@@ -371,9 +377,9 @@ def _layer_sizes(info: Dict[str, Any]) -> List[int]:
     return [int(layer["size"]) for layer in json.loads(info["Manifest"]).get("layers") or []]
 
 
-def _prune(name: str, keep: Path) -> None:
-    """Older unpacked copies of ``name``: the newest two stay (a running cluster may use one)."""
-    dirs = sorted((d for d in (cache_root() / name).iterdir() if d.is_dir() and d != keep
+def _prune(keep: Path) -> None:
+    """Older unpacked copies beside ``keep``: the newest two stay (a running cluster may use one)."""
+    dirs = sorted((d for d in keep.parent.iterdir() if d.is_dir() and d != keep
                    and (d / ".complete").exists()), key=lambda d: d.stat().st_mtime, reverse=True)
     for d in dirs[1:]:
         shutil.rmtree(d, ignore_errors=True)
@@ -423,10 +429,10 @@ def build(names: Sequence[str] = NAMES, context: Path = REPO, stream: Optional[I
             spec = all_specs[name] if tag is None else ImageSpec(name, all_specs[name].dockerfile,
                                                                  all_specs[name].ignore_file, tag)
             key = image_key(spec, base, context)
-            root = cache_root() / name / key
+            root = _slot(name, tag) / key
             if not (root / ".complete").is_file():
                 root = _build_one(spec, key, context, stream, tag)
-                _prune(name, root)
+                _prune(root)
             loaded = _load(root, spec)
             assert loaded is not None
             out[name] = loaded
