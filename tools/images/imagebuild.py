@@ -312,8 +312,9 @@ def _ensure_base(ref: str, stream: Optional[IO[str]]) -> str:
 
 
 def _inspect(ref: str) -> Dict[str, Any]:
-    proc = subprocess.run(["buildah", "inspect", "--type", "image", ref], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run(["buildah", "inspect", "--type", "image", ref], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ImageBuildError(f"buildah inspect {ref}: {proc.stderr.strip()[-500:]}")
     return json.loads(proc.stdout)
 
 
