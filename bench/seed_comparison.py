@@ -46,7 +46,10 @@ sys.path.insert(0, str(REPO))
 
 import minicluster as mc  # noqa: E402
 
-IMAGE = "example.invalid/ctr-volcano/ctr-trainer:seed-comparison"
+from ctr_volcano.images import trainer_image  # noqa: E402
+
+#: The trainer image as the product names it: the process nodes run it from its build.
+IMAGE = trainer_image()
 LABEL_JOB = "ctr-volcano/job"
 
 

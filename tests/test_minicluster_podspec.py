@@ -1,5 +1,6 @@
-"""Rendering of a pod for the process-backed nodes (``tools/minicluster/podspec.py``), the image
-mapping (``image_env.py``): pure rules, checked with plain dicts. The cluster tier runs them for real."""
+"""Rendering of a pod for the process-backed nodes (``tools/minicluster/podspec.py``) and the path
+rules of a container's root (``podinit.in_root``): pure rules, checked with plain dicts and a small
+tree. The cluster tier runs them for real."""
 from __future__ import annotations
 
 import base64
@@ -12,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools" / "minicluster"))
 
 import hostservice  # noqa: E402
-import image_env  # noqa: E402
+import podinit  # noqa: E402
 import podspec  # noqa: E402
 
 
@@ -189,44 +190,41 @@ def test_a_host_service_is_a_headless_service_the_pods_resolve_by_name():
         hostservice.HostService("br", "x", 256, 1)
 
 
-def test_a_trailing_shell_comment_is_not_a_pip_argument(tmp_path):
-    """``RUN pip install a \\ b  # why``: /bin/sh drops the comment, so the image's venv must too
-    (it once handed '#' to pip, and every cluster test failed building the trainer image)."""
-    df_path = tmp_path / "Dockerfile"
-    df_path.write_text('FROM python:3.11-slim\nRUN pip install "a==1" \\\n    "b==2"   # b: why it is here\n')
-    assert image_env.parse_dockerfile(df_path).pip_args == (("a==1", "b==2"),)
+@pytest.mark.parametrize("container,argv", [
+    ({}, ["ctr-volcano", "serve", "--help"]),                                   # ENTRYPOINT + CMD
+    ({"args": ["--model", "/m"]}, ["ctr-volcano", "serve", "--model", "/m"]),   # args replace CMD only
+    ({"command": ["python"], "args": ["-V"]}, ["python", "-V"]),                # command drops both
+    ({"command": ["sh"]}, ["sh"]),
+])
+def test_entrypoint_and_cmd_follow_the_kubernetes_rules(container, argv):
+    """The serving image has ``ENTRYPOINT ["ctr-volcano", "serve"]``; its InferenceService gives args."""
+    image = podspec.ImageDefaults(env={}, entrypoint=("ctr-volcano", "serve"), cmd=("--help",))
+    c = {"name": "main", "image": "x", **container}
+    assert list(_render({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"containers": [c]}},
+                        image=image).argv) == argv
 
 
-def test_trainer_dockerfile_is_read_for_its_pins_and_defaults():
-    df = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
-    assert df.base_python == "3.11"
-    pins = [a for args in df.pip_args for a in args]
-    assert "paddlepaddle==3.0.0" in pins and not any(p.startswith("pandas") for p in pins)
-    assert ("ctr_model/", "/opt/ctr/ctr_model/") in df.copies
-    assert dict(df.env)["PYTHONPATH"] == "/opt/ctr" and df.user == "1000:1000" and df.workdir == "/home/ctr"
-    assert any("apt-get install" in s for s in df.skipped)   # reported as not reproduced
-    assert image_env.image_repository("localhost:5000/ctr-volcano/ctr-trainer:0.1.0") == "ctr-trainer"
-    assert image_env.image_repository("reg/ctr-trainer@sha256:abc") == "ctr-trainer"
+def test_no_command_anywhere_is_refused():
+    with pytest.raises(podspec.PodSpecError, match="no ENTRYPOINT or CMD"):
+        _render({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                 "spec": {"containers": [{"name": "main", "image": "x"}]}}, image=podspec.ImageDefaults(env={}))
 
 
-def test_a_local_install_is_keyed_on_its_sources(tmp_path):
-    """`pip install .` (or `.[extra]`) in a WORKDIR installs the COPY'd sources: they resolve against
-    that WORKDIR and their bytes are part of the venv's key, so a changed package is never stale."""
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "mod.py").write_text("A = 1\n")
-    (tmp_path / "setup.py").write_text("")
-    df_path = tmp_path / "Dockerfile"
-    df_path.write_text("FROM python:3.11-slim\nWORKDIR /opt/app\nCOPY setup.py ./\nCOPY pkg/ pkg/\n"
-                       'RUN pip install ".[train]" && app --help\nWORKDIR /\n')
-    df = image_env.parse_dockerfile(df_path)
-    assert df.copies == (("setup.py", "/opt/app/"), ("pkg/", "/opt/app/pkg/"))
-    assert df.pip_args == ((".[train]",),) and df.pip_dirs == ("/opt/app",) and df.local_installs
-    assert df.workdir == "/"
-    before = image_env._venv_key(df, tmp_path)
-    (tmp_path / "pkg" / "mod.py").write_text("A = 2\n")
-    assert image_env._venv_key(df, tmp_path) != before
-    trainer = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.trainer")
-    assert not trainer.local_installs
+def test_mount_targets_resolve_symlinks_inside_the_image(tmp_path):
+    """Debian's ``/var/run -> /run`` must lead to the image's ``/run``: resolved on the host, Argo's
+    ``/var/run/argo`` volume would have been mounted on the host's ``/run/argo``."""
+    root = tmp_path / "rootfs"
+    (root / "run").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var" / "run").symlink_to("/run")
+    (root / "opt").mkdir()
+    (root / "opt" / "up").symlink_to("../../..")
+    (root / "opt" / "loop").symlink_to("loop")
+    assert podinit.in_root(str(root), "/var/run/argo") == f"{root}/run/argo"
+    assert podinit.in_root(str(root), "/opt/up/etc") == f"{root}/etc"       # .. stops at the root
+    assert podinit.in_root(str(root), "/home/ctr/../x") == f"{root}/home/x"
+    with pytest.raises(OSError, match="too many levels"):
+        podinit.in_root(str(root), "/opt/loop/x")
 
 
 def test_hosts_peers_survive_a_slice_without_endpoints():

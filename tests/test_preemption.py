@@ -239,7 +239,7 @@ def test_a_reclaimed_gang_with_max_retry_0_resumes_and_succeeds_naming_who_took_
     result = launcher.run()
     text = "\n".join(logs)
     assert result.attempts == 2, text
-    assert [c.eviction.describe() for c in launcher.restarts] == [
+    assert [c.eviction.describe() for c in launcher.failures.restarts] == [
         "Reclaimed by ml/ctr-high (queue prod) (Volcano's gangreclaim)"], text
     assert "not counted against max_retry" in text and "attempt 2/2" in text
     assert launcher.ledger.redone == [{"attempt": 2, "resumed_epoch": 2, "examples": 300, "seconds": 3.0,

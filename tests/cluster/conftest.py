@@ -1,13 +1,16 @@
 """Fixtures of the cluster tier: one real control plane per session, one namespace per test.
 
 The session fixture builds the pinned binaries on first use (``tools/minicluster/build.sh``; a cold
-build takes tens of minutes and prints its progress), starts etcd, kube-apiserver,
+build takes tens of minutes and prints its progress) and the project's three images from
+``dockerfiles/*`` (``tools/images/imagebuild.py``; minutes cold), starts etcd, kube-apiserver,
 kube-controller-manager, vc-scheduler, vc-controller-manager and kwok on 127.0.0.1, and stops them
 all at the end (the teardown asserts no process is left). Each test gets a fresh namespace and its
 own kwok nodes, labelled with the namespace, so tests that size the cluster (gang, stuck gang) do
 not see each other's nodes when they pin their pods with a node selector.
 
-The tier is skipped only when the ``go`` tool is missing altogether.
+The tier is skipped only when the ``go`` tool is missing altogether; the tests of the process nodes,
+whose pods run from the built images, are skipped (saying why) where the images cannot be built: no
+root, no ``buildah`` or ``mmdebstrap`` (``.ci/run`` installs them where it can).
 """
 from __future__ import annotations
 
@@ -27,8 +30,10 @@ from tests.prebuild import Prebuild
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "minicluster"))
 
-import image_env  # noqa: E402  (tools/minicluster is not a package)
-import minicluster as mc  # noqa: E402
+import minicluster as mc  # noqa: E402  (tools/minicluster is not a package)
+
+sys.path.insert(0, str(REPO / "tools" / "images"))
+import imagebuild  # noqa: E402  (tools/images is not a package)
 
 from tests.cluster.helpers import SHIPPED_RBAC  # noqa: E402
 
@@ -47,8 +52,22 @@ _BUILD = Prebuild("minicluster", "the mini cluster",
                   "the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries")
 
 
+class _ImagesPrebuild(Prebuild):
+    """The images' build: skipped, saying why, where they cannot be built (the cluster still runs)."""
+
+    def build(self, session, preparing, ready, build, errors) -> None:
+        reason = imagebuild.missing_tools()
+        if reason is not None:
+            self.skip = f"the process nodes run pods from the project's images, which cannot be built here: {reason}"
+            return
+        super().build(session, preparing, ready, build, errors)
+
+
+_IMAGES = _ImagesPrebuild("images", "the project's images (dockerfiles/*)", _BUILD.no_go)
+
+
 def pytest_collection_finish(session):
-    """Build the binaries once, before the first test, when cluster tests are selected.
+    """Build the binaries and the images once, before the first test, when cluster tests are selected.
 
     Done here rather than in a fixture so a cold build (tens of minutes) is not counted against
     the per-test timeout, and its progress is printed live (output capture suspended).
@@ -56,17 +75,9 @@ def pytest_collection_finish(session):
     here = Path(__file__).parent
     if any(Path(str(i.fspath)).is_relative_to(here) for i in session.items):
         _BUILD.build(session, "preparing the cluster tier's binaries (tools/minicluster/build.sh)",
-                     "binaries ready", _build_all, (mc.ClusterError, image_env.ImageError))
-
-
-def _build_all() -> Path:
-    """The Go binaries, then the process nodes' image environments (pip installs; minutes on a cold
-    cache), built in the same hook for the same reason."""
-    bin_dir = mc.build_binaries(stream=sys.stderr)
-    for dockerfile in mc.DEFAULT_IMAGES.values():
-        print(f"minicluster: image environment {image_env.build_venv(image_env.parse_dockerfile(dockerfile))}",
-              file=sys.stderr, flush=True)
-    return bin_dir
+                     "binaries ready", mc.build_binaries, (mc.ClusterError,))
+        _IMAGES.build(session, "building the project's images (tools/images/imagebuild.py)", "images ready",
+                      lambda: imagebuild.build(stream=sys.stderr), (imagebuild.ImageBuildError,))
 
 
 @pytest.fixture(scope="session")
@@ -82,17 +93,25 @@ def _build_now() -> Path:
     return mc.build_binaries()
 
 
-#: The images the session cluster's process nodes run: the trainer's, and the component image the
-#: prep pods run (its environment is built the first time a pod uses it, as test_kfp_run's is).
-SESSION_IMAGES = dict(mc.DEFAULT_IMAGES, **{"ctr-component": mc.REPO / "dockerfiles" / "Dockerfile.component"})
+def built_images() -> Dict[str, "imagebuild.BuiltImage"]:
+    """The three built images by name (``trainer``, ``component``, ``serving``); skips the calling test
+    where they cannot be built, fails it where their build failed."""
+    return _IMAGES.result(lambda: imagebuild.build(stream=sys.stderr))
+
+
+def image_dirs(*names: str) -> Dict[str, Path]:
+    """What ``MiniCluster(images=...)`` takes for the images ``names`` (default: all three)."""
+    return {img.ref: img.dir for name, img in built_images().items() if name in (names or imagebuild.NAMES)}
 
 
 @pytest.fixture(scope="session")
 def cluster(minicluster_bin, tmp_path_factory):
     """The running mini cluster (a :class:`minicluster.MiniCluster`)."""
     workdir = tmp_path_factory.mktemp("minicluster")
-    c = mc.MiniCluster(minicluster_bin, workdir, schedule_period="500ms", process_nodes=True,
-                       images=SESSION_IMAGES)
+    # the process nodes run the three built images (none where they cannot be built: then every
+    # test that adds a process node is skipped or failed by ``Sandbox.add_process_nodes``)
+    images = {img.ref: img.dir for img in (_IMAGES.value or {}).values()}
+    c = mc.MiniCluster(minicluster_bin, workdir, schedule_period="500ms", process_nodes=True, images=images)
     try:
         c.start()
         yield c
@@ -147,7 +166,9 @@ class Sandbox:
         return names
 
     def add_process_nodes(self, count: int, cpu: str = "4", memory: str = "16Gi") -> List[str]:
-        """Process-backed nodes (their pods run as real processes) in this test's pool."""
+        """Process-backed nodes (their pods run as real processes, from the built images) in this
+        test's pool; the test is skipped or failed here when the images are not there."""
+        built_images()
         names = self.cluster.add_process_nodes(count, mc.NodeShape(cpu=cpu, memory=memory,
                                                                    labels={NODE_LABEL: self.pool}),
                                                prefix=f"{self.pool}-p", start=len(self.nodes))

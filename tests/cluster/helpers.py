@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-__all__ = ["wait_for", "job_pods", "set_outcome", "get_job", "get_podgroups", "pod_phases",
+__all__ = ["root_image", "wait_for", "job_pods", "set_outcome", "get_job", "get_podgroups", "pod_phases",
            "bound_pods", "make_spec", "write_training_outputs", "LauncherThread", "job_phase", "running_pods", "finish_trainers", "GangMonitor", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
            "EXIT_CODE_ANNOTATION", "plain_job", "SHIPPED_RBAC", "ctr_volcano_cli", "create_queue"]
 
@@ -297,3 +297,14 @@ def create_queue(api, name: str, *, weight: int = 1, reclaimable: bool = False,
     wait_for(f"queue {name} Open", lambda: (co.get_cluster_custom_object(
         "scheduling.volcano.sh", "v1beta1", "queues", name).get("status") or {}).get("state") == "Open",
         timeout=30)
+
+
+def root_image(mountinfo: str) -> str:
+    """The image tree a container's root is made of: the ``lowerdir`` of the overlay mounted at
+    ``/`` in a ``/proc/<pid>/mountinfo`` text (``""`` when its root is no overlay: the host's tree)."""
+    roots = [line.split(" - ", 1)[1].split() for line in mountinfo.splitlines()
+             if " - " in line and line.split()[4] == "/"]
+    if not roots or roots[-1][0] != "overlay":
+        return ""
+    options = dict(o.partition("=")[::2] for o in roots[-1][2].split(","))
+    return options.get("lowerdir", "")

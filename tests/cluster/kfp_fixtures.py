@@ -39,21 +39,16 @@ def pytest_collection_finish(session):
 
 
 def _build(runs: bool) -> Path:
-    """The Go binaries; for the run tests also the MLMD venv and the component image's environment
-    (pip installs, minutes on a cold cache), here for the same reason as the Go build."""
+    """The Go binaries; for the run tests also the MLMD venv (a pip install, minutes on a cold cache),
+    here for the same reason as the Go build. The component image the steps run is the cluster
+    tier's (``tests/cluster/conftest.py`` builds it)."""
     root = kfpserver.build_server(stream=sys.stderr)
     if runs:
-        sys.path.insert(0, str(REPO / "tools" / "minicluster"))
-        import image_env
         import kfpbackend
 
         t0 = time.monotonic()
         venv = kfpbackend.build_mlmd_env(stream=sys.stderr)
         print(f"kfpbackend: ml-metadata environment {venv} ({time.monotonic() - t0:.0f}s)", file=sys.stderr)
-        t0 = time.monotonic()
-        df = image_env.parse_dockerfile(REPO / "dockerfiles" / "Dockerfile.component")
-        print(f"kfpbackend: component image environment {image_env.build_venv(df)} "
-              f"({time.monotonic() - t0:.0f}s)", file=sys.stderr, flush=True)
     return root
 
 

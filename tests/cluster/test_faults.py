@@ -228,10 +228,11 @@ def test_a_claim_that_fills_during_a_checkpoint_fails_the_step_in_one_line(sandb
 
 
 def test_a_claim_the_pods_cannot_reach_fails_in_one_line_without_restarts(sandbox, tmp_path, planted):
-    """Item 3 as a user meets it: the claim's directory lies under one the pods' non-root user
-    cannot traverse (a ``mktemp -d``, mode 0700; not under /tmp, which each pod has of its own
-    here). Every role checks its output directory first and exits 2: the step fails with one line
-    naming the path, and the gang is never restarted."""
+    """Item 3 as a user meets it: the claim's directory is one the pods' non-root user cannot
+    traverse (mode 0700, root's: an export not opened to the pods' UID). The pods see the claim at
+    its mount path in their image's tree, so only the volume's own directory can shut them out, as
+    on a cluster. Every role checks its output directory first and exits 2: the step fails with
+    one line naming the path, and the gang is never restarted."""
     import shutil
     import tempfile
 
@@ -242,6 +243,7 @@ def test_a_claim_the_pods_cannot_reach_fails_in_one_line_without_restarts(sandbo
     assert os.stat(private).st_mode & 0o777 == 0o700
     sandbox.add_process_nodes(2)
     claim = _claim(sandbox, tmp_path, under=private)
+    claim.chmod(0o700)          # the volume itself, root's and closed (its host parent is too)
     job = "ctr-noreach"
     lines: List[str] = []
     with pytest.raises(Exception) as info:

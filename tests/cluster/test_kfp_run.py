@@ -2,8 +2,8 @@
 
 The scenario: ``ctr-volcano submit --legacy-kfp`` compiles the training pipeline, uploads it to the
 real KFP 2.14.3 API server and creates a run; Argo's real workflow-controller runs the Workflow the
-server wrote, its pods (KFP's real driver and launcher, Argo's real executor, our component image's
-environment) run on process nodes; the train step's pod creates the Volcano Job with the run's
+server wrote, its pods (KFP's real driver and launcher, Argo's real executor, our component image,
+built from its Dockerfile) run on process nodes; the train step's pod creates the Volcano Job with the run's
 ServiceAccount and the shipped Role (``deploy/rbac.yaml``), whose gang trains on the process nodes;
 the persistence agent reports the run back to the API server. Nothing of the run path is faked; what
 is ours is listed in ``docs/kfpserver.md`` (the MLMD gRPC front, the node agent, the host services).
@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.cluster.conftest import _pid_alive
+from tests.cluster.conftest import _pid_alive, image_dirs
 from tests.cluster.helpers import SHIPPED_RBAC, ctr_volcano_cli, wait_for
 from tests.cluster.kfp_fixtures import _BUILD as _KFP_BUILD
 
@@ -73,7 +73,7 @@ def kfp_stack(minicluster_bin, s3_server, tmp_path_factory):
     work = tmp_path_factory.mktemp("kfprun")
     t0 = time.monotonic()
     venv = kfpbackend.build_mlmd_env()
-    images = dict(mc.DEFAULT_IMAGES, **{"ctr-component": REPO / "dockerfiles" / "Dockerfile.component"})
+    images = image_dirs("trainer", "component")   # the steps' and the gang's built images
     cluster = mc.MiniCluster(minicluster_bin, work / "cluster", schedule_period="500ms", process_nodes=True,
                              kube_scheduler=True, images=images, binary_images=kfpbackend.binary_images(root))
     db = server = backend = None

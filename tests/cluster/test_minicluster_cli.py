@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.conftest import built_images
 from tests.cluster.helpers import ctr_volcano_cli
 
 pytestmark = pytest.mark.cluster
@@ -30,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_minicluster_up_with_process_nodes_then_train_and_evaluate(minicluster_bin, planted, tmp_path):
+    built_images()   # the verb's process nodes run the trainer image: skipped where it cannot be built
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # outside pytest's 0700 tmp dirs: the pods (UID 1000) reach the claim under the workdir
     workdir = Path(tempfile.mkdtemp(prefix="ctr-minicluster-cli-"))

@@ -1,5 +1,5 @@
-"""Issue 24's fanned-out prep on Volcano: each phase a Job of N real prep pods (the component image's
-environment, on process nodes) sharing one claim. N=1 and N=3 write the same shards, byte for byte,
+"""Issue 24's fanned-out prep on Volcano: each phase a Job of N real prep pods (the component image,
+built from its Dockerfile, on process nodes) sharing one claim. N=1 and N=3 write the same shards, byte for byte,
 as the one-process prep of the same input; a refused input fails in the one-process prep's line."""
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import pytest
 
 from ctr_volcano.data.prep import PrepConfig, prep
 from ctr_volcano.errors import BadInput
+from ctr_volcano.images import component_image
 from ctr_volcano.training.volcano.client import KubeClient
 from ctr_volcano.training.volcano.prep_job import PrepPods, prep_on_volcano
 from tests.cluster.test_process_nodes import _claim
 
 pytestmark = pytest.mark.cluster
 
-COMPONENT_IMAGE = "example.invalid/ctr-volcano/ctr-component:process-nodes"
+COMPONENT_IMAGE = component_image()   # as the product names it; the process nodes run its build
 #: Small blocks: the inputs make dozens of units, so every one of 3 workers gets many.
 CONFIG = PrepConfig(hash_buckets=10_007, block_bytes=1 << 17, shards=3, test_shards=2, workers=1, seed=4)
 

@@ -1,8 +1,8 @@
 """Real processes in Volcano's pods: the process-backed nodes of the mini cluster.
 
 The pods here are not kwok fakes: ``tools/minicluster/nodeagent.py`` runs each one as a Linux process
-in its own network and mount namespaces, with the trainer image's Python environment, and reports
-its real exit code. So these tests check what only real pods show: the env and files Volcano's svc
+in its own network and mount namespaces, from the trainer image built from its Dockerfile (its
+unpacked tree is the container's root), and reports its real exit code. So these tests check what only real pods show: the env and files Volcano's svc
 and env plugins inject, host names resolved through the headless Service's EndpointSlices, a
 persistent volume bound by kube-controller-manager, logs read through the API, and Paddle training
 for real through the product's PVC hand-off, and again through the object store alone (the real S3
@@ -26,14 +26,18 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from ctr_volcano.images import trainer_image
 from ctr_volcano.training.local.gang import processes_with_env
+from tests.cluster.conftest import built_images
 from tests.cluster.helpers import ctr_volcano_cli as _cli
-from tests.cluster.helpers import get_job, job_phase, wait_for
+from tests.cluster.helpers import get_job, job_phase, root_image, wait_for
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "example.invalid/ctr-volcano/ctr-trainer:process-nodes"
+#: The trainer image as the product names it (``ctr_volcano/images.py``): the process nodes run it
+#: from its build (``tools/images/imagebuild.py``), so a pod naming any other reference cannot start.
+IMAGE = trainer_image()
 
 
 def _trainer_pin(package: str) -> str:
@@ -101,7 +105,8 @@ _PROBE = r"""
 import json, os, socket, sys
 out = {"uid": os.getuid(), "gid": os.getgid(), "hostname": socket.gethostname(),
        "env": {k: os.environ.get(k) for k in ("POD_NAME", "POD_NS", "POD_IP", "TOKEN", "GREETING",
-                                              "PYTHONPATH", "VIRTUAL_ENV", "HOME")},
+                                              "PYTHONPATH", "HOME")},
+       "mountinfo": open("/proc/self/mountinfo").read(),
        "cwd": os.getcwd(), "prefix": sys.prefix,
        "config": open("/opt/cfg/greeting").read(),
        "sa_namespace": open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read(),
@@ -123,8 +128,8 @@ sys.exit(3)
 
 def test_pod_runs_as_a_process_with_its_spec(sandbox, tmp_path):
     """One pod: env (fieldRef, secretKeyRef, configMapKeyRef), volumes (configMap, PVC, emptyDir,
-    service-account token), runAsUser, the trainer image's environment (no pandas in it), its IP in
-    status, its log through the API and its real exit code."""
+    service-account token), runAsUser, the trainer image's tree as its root (no pandas in it), its IP
+    in status, its log through the API and its real exit code."""
     from kubernetes import client
 
     core = client.CoreV1Api(sandbox.api())
@@ -160,9 +165,10 @@ def test_pod_runs_as_a_process_with_its_spec(sandbox, tmp_path):
     assert pod.status.pod_ip.startswith("10.88.")
     assert probe["env"]["TOKEN"] == "s3cret" and probe["env"]["GREETING"] == "hi"
     assert probe["config"] == "hi" and probe["sa_namespace"] == ns
-    # the trainer image: its venv, its PYTHONPATH/HOME/WORKDIR, paddle but no pandas
+    # the trainer image: its tree is the root, its PYTHONPATH/HOME/WORKDIR, paddle but no pandas
+    assert root_image(probe["mountinfo"]) == str(built_images()["trainer"].rootfs), probe["mountinfo"]
     assert probe["env"]["PYTHONPATH"] == "/opt/ctr" and probe["cwd"] == "/home/ctr"
-    assert probe["prefix"] == probe["env"]["VIRTUAL_ENV"] and "/images/" in probe["prefix"]
+    assert probe["prefix"] == "/usr/local"    # where the image's Python lives
     assert probe["paddle"] == _trainer_pin("paddlepaddle")
     assert "No module named 'pandas'" in probe["pandas"]
     # the emptyDir was the pod's own: nothing of it is on the host
@@ -234,6 +240,8 @@ class GangSampler:
     def __init__(self, job: str) -> None:
         self.job = job
         self.envs: Dict[int, Dict[str, str]] = {}
+        #: the image tree each process's root is made of (:func:`root_image`)
+        self.roots: Dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -253,6 +261,10 @@ class GangSampler:
                 # run once kept such an empty one).
                 if env.get("CTR_JOB_ID") == self.job:
                     self.envs[pid] = env
+                    try:
+                        self.roots[pid] = root_image(Path(f"/proc/{pid}/mountinfo").read_text())
+                    except OSError:
+                        pass
             self._stop.wait(0.5)
 
     def __enter__(self) -> "GangSampler":
@@ -355,7 +367,7 @@ def test_gang_trains_for_real(sandbox, tmp_path, planted):
     assert result.attempts == 1
     # every pserver was stopped by CompleteJob: none is left in the process table
     wait_for("no process of the gang left", lambda: not sampler.live(), timeout=60)
-    # four real pods' processes, each with the plugins' variables and the trainer image's environment
+    # four real pods' processes, each with the plugins' variables, in the trainer image's tree
     envs = list(sampler.envs.values())
     roles = sorted({(e["CTR_ROLE"], e["VC_TASK_INDEX"]) for e in envs})   # Paddle forks helpers too
     assert roles == [("pserver", "0"), ("pserver", "1"), ("trainer", "0"), ("trainer", "1")], roles
@@ -363,7 +375,8 @@ def test_gang_trains_for_real(sandbox, tmp_path, planted):
         assert e["VC_PSERVER_HOSTS"] == f"{job}-pserver-0.{job},{job}-pserver-1.{job}"
         assert e["VC_TRAINER_HOSTS"] == f"{job}-trainer-0.{job},{job}-trainer-1.{job}"
         assert e["VC_PSERVER_NUM"] == "2" and e["VC_TRAINER_NUM"] == "2"
-        assert e["PYTHONPATH"] == "/opt/ctr" and "/images/" in e["VIRTUAL_ENV"]
+        assert e["PYTHONPATH"] == "/opt/ctr"
+    assert set(sampler.roots.values()) == {str(built_images()["trainer"].rootfs)}, sampler.roots
     # the step copied the model and the metrics back from the claim
     assert (tmp_path / "model" / "model_meta.json").is_file()
     assert result.metrics["epochs"] and (claim / "ctr-runs" / job / "output" / "metrics.json").is_file()

@@ -20,7 +20,8 @@ vc-controller-manager, kwok); this module only wires them together:
   a gang finishes and how;
 * with ``process_nodes=True``, nodes labelled ``type=process`` (:meth:`MiniCluster.add_process_nodes`)
   run their pods as real processes: ``nodeagent.py`` starts them (network and mount namespaces, the
-  image's Python environment, or host-built Go binaries for images mapped with ``binary_images``),
+  project's images built from ``dockerfiles/*`` and unpacked by ``tools/images/imagebuild.py`` as the
+  containers' root filesystems, or host-built Go binaries for images mapped with ``binary_images``),
   writes their status, and a second kwok instance keeps those nodes Ready and serves their logs;
   the pods reach the API server at ``KUBERNETES_SERVICE_HOST`` (:data:`API_SERVICE_ADDRESS`, a host
   service the serving certificate covers) with their projected service-account token
@@ -57,7 +58,7 @@ __all__ = [
     "HERE", "BUILD_SCRIPT", "OUTCOME_LABEL", "AFTER_ANNOTATION", "MESSAGE_ANNOTATION",
     "EXIT_CODE_ANNOTATION", "ClusterError", "build_binaries", "binaries_dir", "MiniCluster",
     "NodeShape", "DEFAULT_KCM_CONTROLLERS", "VOLCANO_WEBHOOKS", "webhook_configurations",
-    "DEFAULT_IMAGES", "API_SERVICE_ADDRESS", "API_SERVICE_PORT", "SCHEDULER_CONF",
+    "DEFAULT_IMAGES", "image_dirs", "API_SERVICE_ADDRESS", "API_SERVICE_PORT", "SCHEDULER_CONF",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -75,8 +76,9 @@ ADMIN_TOKEN_USER = "minicluster-admin"
 #: service 0 on the pod bridge (``hostservice.py``), which the API server's certificate names.
 API_SERVICE_ADDRESS = "10.88.0.1"
 API_SERVICE_PORT = 443
-#: Images the process nodes can run: last path segment of the image -> its Dockerfile.
-DEFAULT_IMAGES = {"ctr-trainer": REPO / "dockerfiles" / "Dockerfile.trainer"}
+#: The project's images the process nodes run by default (``dockerfiles/Dockerfile.<name>``): the
+#: trainer's, what the Volcano gang needs.
+DEFAULT_IMAGES = ("trainer",)
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "vc-scheduler",
             "vc-controller-manager", "kwok", "kube-scheduler", "vc-webhook-manager")
 #: kube-controller-manager's controllers: garbage collection (Volcano relies on ownerReferences),
@@ -121,6 +123,25 @@ def _log(msg: str) -> None:
 def binaries_dir() -> Path:
     """The cache directory the pinned binaries are (or will be) built into."""
     return procgroup.build_dir(BUILD_SCRIPT)
+
+
+def image_dirs(names: Sequence[str], stream: Any = None) -> Dict[str, Path]:
+    """The project's images ``names`` (``trainer``, ``component``, ``serving``), built from
+    ``dockerfiles/*`` and unpacked if they are not cached (``tools/images/imagebuild.py``): reference ->
+    image directory, what :class:`MiniCluster`'s ``images`` takes.
+
+    Raises:
+        ClusterError: the images cannot be built here (no root, no buildah or mmdebstrap) or a build
+            failed; the message says which and why.
+    """
+    sys.path.insert(0, str(REPO / "tools" / "images"))
+    import imagebuild as images_build
+
+    try:
+        built = images_build.build(tuple(names), stream=stream)
+    except images_build.ImageBuildError as exc:
+        raise ClusterError(f"the process nodes run the project's images, which cannot be built: {exc}") from None
+    return {img.ref: img.dir for img in built.values()}
 
 
 def build_binaries(stream: Any = None) -> Path:
@@ -364,8 +385,8 @@ class MiniCluster:
             :meth:`start_kube_scheduler` starts it later).
         process_nodes: also run the node agent and the second kwok instance, so nodes added with
             :meth:`add_process_nodes` run real processes.
-        images: for process nodes: image repository name -> Dockerfile (default
-            :data:`DEFAULT_IMAGES`).
+        images: for process nodes: image reference -> its unpacked image directory
+            (:func:`image_dirs`; default: :data:`DEFAULT_IMAGES`, built at :meth:`start` if needed).
         binary_images: for process nodes: image repository name -> a directory of host binaries
             the container runs (Go programs' images: Argo's executor, KFP's driver and launcher).
     """
@@ -399,7 +420,7 @@ class MiniCluster:
         self._stopped = False
         self.timings: Dict[str, float] = {}
         self.process_nodes = process_nodes
-        self.images = dict(images or DEFAULT_IMAGES)
+        self.images = dict(images) if images is not None else None
         self.binary_images = dict(binary_images or {})
         #: prefix of this cluster's network namespaces (unique per cluster on the machine)
         self.netns_prefix = f"mc{os.getpid() % 0xffff:x}{os.urandom(2).hex()}"
@@ -419,6 +440,8 @@ class MiniCluster:
             if not (self.bin_dir / b).is_file():
                 raise ClusterError(f"{b} is missing in {self.bin_dir}; run tools/minicluster/build.sh")
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        if self.process_nodes and self.images is None:
+            self.images = image_dirs(DEFAULT_IMAGES, stream=sys.stderr)   # minutes when not cached
         self.pki = _write_certs(self.workdir / "pki")
         deadline = time.monotonic() + timeout
         self._start_etcd(deadline)
@@ -738,18 +761,17 @@ class MiniCluster:
         ], env={"HOME": str(home)})
         agent_dir = self.workdir / "nodeagent"
         args = ["nodeagent", str(HERE / "nodeagent.py"), f"--kubeconfig={self.kubeconfig}",
-                f"--workdir={agent_dir}", f"--prefix={self.netns_prefix}", f"--context={REPO}"]
-        args += [f"--image={repo}={path}" for repo, path in sorted(self.images.items())]
+                f"--workdir={agent_dir}", f"--prefix={self.netns_prefix}"]
+        args += [f"--image={ref}={path}" for ref, path in sorted((self.images or {}).items())]
         args += [f"--binary-image={repo}={path}" for repo, path in sorted(self.binary_images.items())]
         port = str(API_SERVICE_PORT)
         args += [f"--service-env={k}={v}" for k, v in (
             ("KUBERNETES_SERVICE_HOST", API_SERVICE_ADDRESS), ("KUBERNETES_SERVICE_PORT", port),
             ("KUBERNETES_SERVICE_PORT_HTTPS", port), ("KUBERNETES_PORT", f"tcp://{API_SERVICE_ADDRESS}:{port}"))]
         self._spawn("nodeagent", args, executable=sys.executable)
-        # A cold image cache builds the venvs first (pip install; minutes), hence the longer wait.
         self._wait("the node agent (its bridge namespace)",
                    lambda: "agent ready" in self.logs["nodeagent"].read_text(errors="replace"),
-                   max(deadline, time.monotonic() + 1800), "nodeagent", interval=0.5)
+                   deadline, "nodeagent", interval=0.5)
         # The pods' route to the API server: host service 0, without a Service object (the
         # ``kubernetes`` Service exists; pods dial the address, as a kubelet's variables say).
         if str(HERE) not in sys.path:

@@ -15,8 +15,12 @@ files named by ``Logs`` objects). This agent does the rest, as a kubelet does:
   the containers that mount it; ``subPath`` inside it), a private ``/tmp``, and the variables a
   kubelet adds (``--service-env``: ``KUBERNETES_SERVICE_HOST``/``PORT`` of the API server as the pods
   reach it);
-* maps images to what the host has: a Dockerfile's Python environment (``image_env.py``), or a
-  directory of host-built Go binaries (``--binary-image``: Argo's and KFP's images);
+* runs each container from its image: one of the project's images, built from its Dockerfile and
+  unpacked by ``tools/images/imagebuild.py`` (``--image REF=DIR``: the exact reference a pod names), is the
+  container's root filesystem (an overlay with a writable layer per container, ``podinit.py``), with
+  the image's ``Env``, ``Entrypoint``, ``Cmd``, ``WorkingDir`` and ``User`` as the container's defaults;
+  the images of Go programs built on the host (``--binary-image``: Argo's and KFP's, by repository
+  name) run those binaries on the host's tree;
 * writes each container's stdout/stderr in CRI log format to its own file, listed per container in
   the pod's ``Logs`` object (``pods/log?container=``).
 
@@ -53,8 +57,10 @@ from typing import Any, Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import image_env  # noqa: E402
 import podspec  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "images"))
+import imagebuild as images_build  # noqa: E402  (tools/images: resolve_user)
 
 __all__ = ["ANN_POD_IP", "ANN_EXIT_CODE", "ANN_MESSAGE", "ANN_NETNS", "ANN_PID", "PROCESS_NODE_LABEL",
            "NODE_TYPE", "PROCESS_NODE", "LOST_NODE", "Agent", "netns_pids", "patch_pod", "main"]
@@ -211,15 +217,33 @@ class PreparedImage:
     """An image as a process node runs it: container defaults, and what the pod must see of it."""
 
     defaults: podspec.ImageDefaults
-    binds: Tuple[Dict[str, Any], ...] = ()      # read-only binds (interpreter, venv)
-    tmpfs: Tuple[Dict[str, Any], ...] = ()      # private tmpfs roots filled from the image's files
+    binds: Tuple[Dict[str, Any], ...] = ()      # host mode: read-only binds (the binaries' directory)
+    rootfs: str = ""                            # the image's unpacked root filesystem (image mode)
+
+
+def image_defaults(image_dir: Path) -> podspec.ImageDefaults:
+    """A built image's container defaults: its configuration's ``Env``, ``Entrypoint``, ``Cmd``,
+    ``WorkingDir`` and ``User`` (resolved to numbers with the image's own passwd and group files).
+
+    Raises:
+        podspec.PodSpecError: a ``USER`` the image's files do not resolve.
+    """
+    config = json.loads((image_dir / "config.json").read_text())
+    env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
+    try:
+        user = images_build.resolve_user(image_dir / "rootfs", config.get("User") or "")
+    except images_build.ImageBuildError as exc:
+        raise podspec.PodSpecError(f"image {image_dir}: {exc}") from None
+    return podspec.ImageDefaults(env=env, cmd=tuple(config.get("Cmd") or ()),
+                                 entrypoint=tuple(config.get("Entrypoint") or ()),
+                                 workdir=config.get("WorkingDir") or "/", user=user)
 
 
 class Agent:
     """Polls the API for pods on the process nodes and runs them (see the module docstring)."""
 
     def __init__(self, kubeconfig: str, workdir: Path, prefix: str, images: Dict[str, Path],
-                 context_dir: Path, poll_s: float = 0.25, binary_images: Optional[Dict[str, Path]] = None,
+                 poll_s: float = 0.25, binary_images: Optional[Dict[str, Path]] = None,
                  service_env: Optional[Dict[str, str]] = None) -> None:
         from kubernetes import client, config
 
@@ -239,7 +263,6 @@ class Agent:
         self.images = images
         self.binary_images = dict(binary_images or {})
         self.service_env = dict(service_env or {})
-        self.context_dir = context_dir
         self.poll_s = poll_s
         self.bridge_ns = f"{prefix}-br"
         self.pods: Dict[str, PodRun] = {}
@@ -355,29 +378,27 @@ class Agent:
                                claim_path=claim_path, sa_token=sa_token)
 
     def _image(self, image: str) -> PreparedImage:
-        repo = image_env.image_repository(image)
+        """The image ``image`` names: a built one by its exact reference, else a host-binary one by
+        its repository name; a pod naming neither fails, as an image pull would."""
+        repo = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
         with self.image_lock:
             if image in self.prepared:
                 return self.prepared[image]
-            if repo in self.binary_images:
+            if image in self.images:
+                image_dir = self.images[image]
+                prepared = PreparedImage(image_defaults(image_dir), rootfs=str(image_dir / "rootfs"))
+            elif repo in self.binary_images:
                 # a Go program's image: its binaries, built on the host, first on PATH
                 # (bound read-only: it may live under the host's /root, which the pod sees as its own)
                 bin_dir = self.binary_images[repo]
                 prepared = PreparedImage(podspec.ImageDefaults(env={
                     "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}),
                     binds=({"source": str(bin_dir), "target": str(bin_dir), "read_only": True},))
-            elif repo in self.images:
-                img = image_env.prepare_image(image, self.images[repo], self.context_dir, self.workdir / "rootfs")
-                binds = ({"source": str(img.base_prefix), "target": str(img.base_prefix), "read_only": True},
-                         {"source": str(img.venv), "target": str(img.venv), "read_only": True})
-                tmpfs = tuple({"target": f"/{entry}", "copy_from": str(img.rootfs / entry)}
-                              for entry in sorted(os.listdir(img.rootfs)))
-                prepared = PreparedImage(podspec.ImageDefaults(env=img.env, cmd=img.cmd, workdir=img.workdir,
-                                                               user=img.user), binds, tmpfs)
             else:
-                known = sorted(set(self.images) | set(self.binary_images))
                 raise podspec.PodSpecError(
-                    f"image {image!r}: nothing is mapped to {repo!r} on process nodes (known: {', '.join(known)})")
+                    f"image {image!r} is not built on this node (ErrImagePull): the process nodes run "
+                    f"{', '.join(sorted(self.images)) or 'no built image'} and the host binaries of "
+                    f"{', '.join(sorted(self.binary_images)) or 'no image'}")
             self.prepared[image] = prepared
             return prepared
 
@@ -417,22 +438,30 @@ class Agent:
         return source
 
     def _plan_file(self, run: PodRun, plan: podspec.LaunchPlan, img: PreparedImage) -> Path:
+        """What ``podinit.py`` needs to start one container (its mounts, identity and command)."""
         binds: List[Dict[str, Any]] = [dict(b) for b in img.binds]
-        tmpfs = [{"target": "/root"}] + [dict(t) for t in img.tmpfs]
         for m in plan.mounts:
             if m.tmpfs:
                 binds.append({"source": "/", "target": m.target, "tmpfs": True})
                 continue
             binds.append({"source": self._volume_dir(run, m), "target": m.target, "read_only": m.read_only})
-        if not any(b["target"].rstrip("/") == "/tmp" for b in binds):
-            # each container has a /tmp of its own, as its image's root filesystem would give it
-            tmp = run.dir / "tmp" / plan.container
-            tmp.mkdir(parents=True, exist_ok=True)
-            tmp.chmod(0o1777)
-            binds.append({"source": str(tmp), "target": "/tmp"})
-        doc = {"argv": list(plan.argv), "env": dict(plan.env), "workdir": plan.workdir,
-               "uid": plan.uid, "gid": plan.gid, "hostname": plan.hostname, "binds": binds,
-               "tmpfs": tmpfs, "created_file": str(self.created_file)}
+        doc: Dict[str, Any] = {"argv": list(plan.argv), "env": dict(plan.env), "workdir": plan.workdir,
+                               "uid": plan.uid, "gid": plan.gid, "hostname": plan.hostname, "binds": binds}
+        if img.rootfs:
+            hostname = run.dir / "hostname"
+            hostname.write_text(plan.hostname + "\n")
+            etc = Path("/etc/netns") / run.netns
+            doc.update(rootfs=img.rootfs, container_dir=str(run.dir / "containers" / plan.container),
+                       etc={"/etc/hosts": str(etc / "hosts"), "/etc/resolv.conf": str(etc / "resolv.conf"),
+                            "/etc/hostname": str(hostname)})
+        else:
+            if not any(b["target"].rstrip("/") == "/tmp" for b in binds):
+                # a /tmp of its own, as an image's root filesystem would give it
+                tmp = run.dir / "tmp" / plan.container
+                tmp.mkdir(parents=True, exist_ok=True)
+                tmp.chmod(0o1777)
+                binds.append({"source": str(tmp), "target": "/tmp"})
+            doc.update(tmpfs=[{"target": "/root"}], created_file=str(self.created_file))
         path = run.dir / f"plan-{plan.container}.json"
         path.write_text(json.dumps(doc, indent=1))
         path.chmod(0o600)
@@ -690,6 +719,8 @@ class Agent:
                 for t in c.pumps:
                     t.join(5)
             self._remove_netns(run.netns)
+            # the containers' writable layers go with the pod, as a runtime removes its containers
+            shutil.rmtree(run.dir / "containers", ignore_errors=True)
             LOG.info("pod %s/%s: terminated (grace %.0fs)", run.namespace, run.name, grace_s)
             self._force_delete(run.namespace, run.name, run.uid)
         finally:
@@ -786,7 +817,7 @@ class Agent:
                         if self.waiting.get(uid) != str(exc):
                             LOG.info("pod %s/%s waits: %s", meta["namespace"], meta["name"], exc)
                         self.waiting[uid] = str(exc)
-                    except (podspec.PodSpecError, image_env.ImageError) as exc:
+                    except podspec.PodSpecError as exc:
                         self._fail_unstartable(pod, str(exc))
                     continue
         for uid, run in list(self.pods.items()):
@@ -835,37 +866,36 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--workdir", required=True, type=Path)
     parser.add_argument("--prefix", required=True, help="name prefix of the network namespaces")
-    parser.add_argument("--image", action="append", default=[], metavar="REPO=DOCKERFILE",
-                        help="map images whose last path segment is REPO to DOCKERFILE")
+    parser.add_argument("--image", action="append", default=[], metavar="REF=DIR",
+                        help="run containers whose image is exactly REF from the built image in DIR "
+                             "(rootfs/ and config.json, as tools/images/imagebuild.py unpacks it)")
     parser.add_argument("--binary-image", action="append", default=[], metavar="REPO=DIR",
                         help="map images whose last path segment is REPO to the host binaries in DIR "
                              "(first on the container's PATH; for Go programs built on the host)")
     parser.add_argument("--service-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable every container gets, as a kubelet's service variables "
                              "(KUBERNETES_SERVICE_HOST, ...)")
-    parser.add_argument("--context", type=Path, default=HERE.parents[1],
-                        help="build context of the Dockerfiles' COPY sources")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     images = {}
     for item in args.image:
-        repo, _, dockerfile = item.partition("=")
-        images[repo] = Path(dockerfile)
+        ref, _, image_dir = item.partition("=")
+        images[ref] = Path(image_dir)
     binaries = {}
     for item in args.binary_image:
         repo, _, bin_dir = item.partition("=")
         binaries[repo] = Path(bin_dir)
     service_env = dict(item.partition("=")[::2] for item in args.service_env)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    agent = Agent(args.kubeconfig, args.workdir, args.prefix, images, args.context,
+    agent = Agent(args.kubeconfig, args.workdir, args.prefix, images,
                   binary_images=binaries, service_env=service_env)
     # A parent that blocks these while it waits (``ctr-volcano minicluster up``) passes its mask on.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     signal.signal(signal.SIGTERM, lambda *_: agent.stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: agent.stop_event.set())
-    # Build the images' environments before the first pod arrives (minutes on a cold cache).
-    for repo, dockerfile in images.items():
-        image_env.build_venv(image_env.parse_dockerfile(dockerfile))
+    for ref, image_dir in images.items():
+        if not (image_dir / "rootfs").is_dir() or not (image_dir / "config.json").is_file():
+            parser.error(f"--image {ref}={image_dir}: no unpacked image there (tools/images/imagebuild.py makes one)")
     try:
         agent.run()
     finally:

@@ -94,12 +94,13 @@ class LaunchPlan:
 
 @dataclass(frozen=True)
 class ImageDefaults:
-    """What a container inherits from its image: ``ENV``, ``CMD``, ``WORKDIR``, ``USER``."""
+    """What a container inherits from its image: ``ENV``, ``ENTRYPOINT``, ``CMD``, ``WORKDIR``, ``USER``."""
 
     env: Mapping[str, str]
     cmd: Tuple[str, ...] = ()
     workdir: str = ""
     user: Optional[Tuple[int, int]] = None
+    entrypoint: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -303,14 +304,14 @@ def _container(pod: Mapping[str, Any], c: Mapping[str, Any], image: ImageDefault
                service_env: Optional[Mapping[str, str]]) -> LaunchPlan:
     spec = pod.get("spec") or {}
     env = _env(pod, c, image.env, lookups, pod_ip, node_ip, service_env)
+    # Kubernetes' rule: ``command`` replaces the image's ENTRYPOINT (and drops its CMD), ``args``
+    # replaces its CMD only
     if c.get("command"):
         argv = list(c["command"]) + list(c.get("args") or [])
-    elif c.get("args"):
-        argv = list(c["args"])
     else:
-        argv = list(image.cmd)
+        argv = list(image.entrypoint) + list(c.get("args") or image.cmd)
     if not argv:
-        raise PodSpecError(f"container {c['name']}: no command, no args, and the image no CMD")
+        raise PodSpecError(f"container {c['name']}: no command, no args, and the image no ENTRYPOINT or CMD")
     argv = [expand_vars(a, env) for a in argv]
     pod_sc, c_sc = spec.get("securityContext") or {}, c.get("securityContext") or {}
     uid = c_sc.get("runAsUser", pod_sc.get("runAsUser"))
@@ -350,8 +351,9 @@ def render_pod(pod: Mapping[str, Any], *, images: Callable[[str], ImageDefaults]
     Args:
         pod: the pod as the API returns it (camelCase JSON).
         images: image reference -> its defaults (``ENV`` -- the container's ``env`` overrides it --,
-            ``CMD`` for a container with neither command nor args, ``WORKDIR``, ``USER``, which
-            ``runAsUser``/``runAsGroup`` override); may raise :class:`PodSpecError`.
+            ``ENTRYPOINT`` unless the container has a ``command``, ``CMD`` unless it has ``args``
+            or a ``command``, ``WORKDIR``, ``USER``, which ``runAsUser``/``runAsGroup`` override);
+            may raise :class:`PodSpecError`.
         lookups: API reads (secrets, configmaps, claims, tokens).
         pod_ip: the address the node gave the pod (``status.podIP``).
         node_ip: the node's address (``status.hostIP``).
