@@ -53,3 +53,29 @@ def volcano_job_crd() -> str:
         if "Go is not installed" in str(exc):
             pytest.skip(f"no Volcano CRD schema to validate against: {exc}")
         raise
+
+
+@pytest.fixture
+def fake(volcano_job_crd):
+    """An HTTP-level fake API server validating Volcano Jobs against the real CRD; every request a
+    test made is checked against the launcher's Role (:mod:`ctr_volcano.training.volcano.rbac`)."""
+    from ctr_volcano.training.volcano.rbac import allows
+    from tests.fake_k8s import FakeKube
+
+    server = FakeKube(crd_path=volcano_job_crd).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+    refused = [v for v in server.verbs() if not allows(v[1], v[2], v[0])]
+    assert not refused, f"requests outside the launcher's Role: {refused}"
+
+
+@pytest.fixture
+def client(fake):
+    """The product's Kubernetes client talking to :func:`fake`."""
+    from ctr_volcano.training.volcano.client import KubeClient
+
+    c = KubeClient(fake.api_client(), request_timeout_s=5)
+    yield c
+    c.close()

@@ -26,33 +26,13 @@ import pytest
 
 from ctr_volcano.errors import BadInput, Interrupted, TransientError, exit_code_of
 from ctr_volcano.training.volcano.api_calls import ApiCalls, Cancelled
-from ctr_volcano.training.volcano.client import Forbidden, JobExists, KubeClient, WatchExpired
+from ctr_volcano.training.volcano.client import Forbidden, JobExists, WatchExpired
 from ctr_volcano.training.volcano.launcher import JobCancelled, VolcanoLauncher
 from ctr_volcano.training.volcano.prep_job import PrepPods, VolcanoRunner
-from ctr_volcano.training.volcano.rbac import allows
 from ctr_volcano.training.volcano.spec import TrainJobSpec
-from tests.fake_k8s import FakeKube
 from tests.test_volcano_launcher import JOB, NS, complete, noop, running
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def fake(volcano_job_crd):
-    server = FakeKube(crd_path=volcano_job_crd).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-    refused = [v for v in server.verbs() if not allows(v[1], v[2], v[0])]
-    assert not refused, f"requests outside the launcher's Role: {refused}"
-
-
-@pytest.fixture
-def client(fake):
-    c = KubeClient(fake.api_client(), request_timeout_s=5)
-    yield c
-    c.close()
 
 
 @pytest.fixture

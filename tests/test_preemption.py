@@ -21,9 +21,7 @@ from ctr_volcano.training.volcano.preemption import (
     position_of,
     preemptors,
 )
-from ctr_volcano.training.volcano.rbac import allows
 from ctr_volcano.training.volcano.spec import TrainJobSpec
-from tests.fake_k8s import FakeKube
 
 NS, JOB = "ml", "ctr-low"
 AT = "2026-12-05T09:10:00Z"
@@ -167,17 +165,6 @@ def test_a_crash_restart_leaves_the_ledger_silent():
 
 
 # ----------------------------------------------------------------------------- the launcher's path
-@pytest.fixture
-def fake(volcano_job_crd):
-    server = FakeKube(crd_path=volcano_job_crd).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-    refused = [v for v in server.verbs() if not allows(v[1], v[2], v[0])]
-    assert not refused, f"requests outside the launcher's Role: {refused}"
-
-
 def _gang(fake, retry, *lines):
     fake.put_podgroup(NS, JOB, "Running")
     for task in ("pserver", "trainer"):

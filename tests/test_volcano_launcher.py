@@ -29,32 +29,12 @@ from ctr_volcano.training.api import RoleOutage, RoleRefused
 from ctr_volcano.training.volcano.client import KubeClient, WatchExpired
 from ctr_volcano.training.volcano.launcher import JobCancelled, VolcanoLauncher
 from ctr_volcano.training.volcano.manifest import build_job
-from ctr_volcano.training.volcano.rbac import allows
 from ctr_volcano.training.volcano.spec import TrainJobSpec
 from ctr_volcano.training.volcano.stall import StallWatchdog
-from tests.fake_k8s import FakeKube
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "ml"
 JOB = "ctr-t"
-
-
-@pytest.fixture
-def fake(volcano_job_crd):
-    server = FakeKube(crd_path=volcano_job_crd).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-    refused = [v for v in server.verbs() if not allows(v[1], v[2], v[0])]
-    assert not refused, f"requests outside the launcher's Role: {refused}"
-
-
-@pytest.fixture
-def client(fake):
-    c = KubeClient(fake.api_client(), request_timeout_s=5)
-    yield c
-    c.close()
 
 
 @pytest.fixture
