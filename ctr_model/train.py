@@ -46,6 +46,7 @@ from ctr_model.data import (
     check_enough_shards,
     convert_shards,
     resolve_split,
+    with_base_rate,
 )
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.logs import human_seconds, setup_logging
@@ -416,7 +417,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace,
                       f"Job's svc plugin publishes not-ready addresses")
             return EXIT_BAD_INPUT
     split, n_files, mine, fetch = _train_split(spec, ws)
-    config = _with_features(config, split.features)
+    config = with_base_rate(_with_features(config, split.features), split)
     if split.hash_buckets and not explicit_buckets:
         config = config.replace(hash_buckets=split.hash_buckets)   # follow the data by default
     if split.hash_buckets and split.hash_buckets != config.hash_buckets:
@@ -667,7 +668,7 @@ def _write_export(spec: RoleSpec, config: TrainConfig, fleet, last: ckpt.Checkpo
     from ctr_model.net import dense_param_names
     scope = paddle.static.global_scope()
     arrays: Dict[str, Any] = {name: np.array(scope.find_var(name).get_tensor())
-                              for name in dense_param_names(config)}
+                              for name in dense_param_names(config, features)}
     np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
     keys, tables = _export_sparse(config, features, fleet, model_dir, last.path)
     export_checkpoint(last.path, model_dir)   # what a later run warm-starts from

@@ -127,8 +127,9 @@ def write_outputs(acc: "Accumulator", train: Shards, test: Shards, seconds: floa
     acc.check_bad_fraction()
     stats = acc.stats(train, test, seconds)
     stats.update(extra)
-    for shards, rows in ((train, acc.rows_train), (test, acc.rows_test)):
-        write_split_schema(shards.dir, id_space, rows, shards.files(), spec_doc)
+    for shards, rows, positives in ((train, acc.rows_train, acc.pos_train), (test, acc.rows_test, acc.pos_test)):
+        write_split_schema(shards.dir, id_space, rows, shards.files(), spec_doc,
+                           positive_rate=positives / rows if rows else None)
     if stats_path:
         write_json(stats_path, stats)
     return stats
