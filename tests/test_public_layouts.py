@@ -130,3 +130,58 @@ def test_an_untrained_deepfm_predicts_the_click_rate(avazu_prep, tmp_path):
     rate = json.loads((root / "prep" / "train" / "schema.json").read_text())["positive_rate"]
     assert metrics["mean_prediction"] == pytest.approx(rate, abs=0.005), (metrics["mean_prediction"], rate)
     assert metrics["normalized_entropy"] == pytest.approx(1.0, abs=0.01)
+
+
+#: A log as pandas writes it: a count column with missing values comes out as floats (``3.0``, empty),
+#: the label too (``1.0``), and no categorical column at all.
+DENSE_SPEC = {"format": "csv", "header": True, "label": "label",
+              "dense": [{"name": "score", "transform": "standardize"}, {"name": "visits", "transform": "criteo"}]}
+
+
+def write_pandas_floats(path: str, rows: int, seed: int = 1) -> float:
+    """Clicks planted on a standardised score and the log of a count; returns the click rate."""
+    rng = np.random.default_rng(seed)
+    score, visits = rng.normal(0, 1, rows), rng.exponential(3, rows).round()
+    click = (rng.random(rows) < 1 / (1 + np.exp(-(-1.2 + 1.2 * score + 0.4 * np.log1p(visits))))).astype(int)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("label,score,visits\n")
+        for i in range(rows):
+            fh.write(f"{float(click[i])},{score[i]:.4f},{'' if i % 9 == 0 else float(visits[i])}\n")
+    return float(click.mean())
+
+
+@pytest.fixture(scope="module")
+def floats_prep(tmp_path_factory):
+    from ctr_volcano.app.cli.main import main
+
+    root = tmp_path_factory.mktemp("floats")
+    write_pandas_floats(str(root / "log.csv"), 4000)
+    assert ",3.0\n" in (root / "log.csv").read_text() and "\n1.0," in (root / "log.csv").read_text()
+    (root / "spec.json").write_text(json.dumps(DENSE_SPEC))
+    (root / "config.json").write_text(json.dumps(CONFIG))
+    assert main(["prep", "--feature-spec", str(root / "spec.json"), "--input", str(root / "log.csv"),
+                 "--out", str(root / "prep"), "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2",
+                 "--max-bad-fraction", "0"]) == 0                  # not one row refused
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", FAMILIES)
+def test_every_family_trains_a_log_without_a_categorical_column_written_by_pandas(floats_prep, model, tmp_path,
+                                                                                 capsys):
+    from ctr_volcano.app.cli.main import main
+
+    root = floats_prep
+    rc = main(["train", "--data", str(root / "prep"), "--model-out", str(tmp_path / "m"), "--pservers", "2",
+               "--trainers", "2", "--epochs", "1", "--config", str(root / "config.json"), "--model", model,
+               "--max-retry", "0", "--workdir", str(tmp_path / "w")])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(root / "prep"),
+                 "--out", str(tmp_path / "eval")]) == 0
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["model"]["family"] == model
+    assert metrics["normalized_entropy"] < 0.95 and metrics["auc"] > 0.72, (model, metrics["auc"], metrics["logloss"],
+                                                                            metrics["constant_logloss"])
+    capsys.readouterr()
+    print(f"{model} (no categorical): test auc {metrics['auc']:.4f}, logloss {metrics['logloss']:.4f} "
+          f"vs constant {metrics['constant_logloss']:.4f} (NE {metrics['normalized_entropy']:.4f})")
