@@ -119,3 +119,14 @@ def test_hints_under_a_csv_spec_speak_of_its_layout_not_criteo_tsv(tmp_path, cap
     assert "is this a CSV file with a header, comma-separated (label 'click' and 3 feature columns" in err
     rc = main(["prep", "--input", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "out")])
     assert rc == 2 and "give a Criteo TSV file" in capsys.readouterr().err     # without a spec: Criteo's
+
+
+def test_a_missing_data_path_under_a_spec_in_a_local_run_speaks_of_the_spec(tmp_path):
+    from ctr_volcano.app.local_run import run_local
+    from ctr_volcano.errors import BadInput
+
+    with pytest.raises(BadInput, match="a file or directory in the feature spec's layout") as info:
+        run_local(str(tmp_path / "missing.csv"), str(tmp_path / "w"), {"feature_spec": json.dumps(SPEC)})
+    assert "Criteo" not in str(info.value)
+    with pytest.raises(BadInput, match="of Criteo TSV"):
+        run_local(str(tmp_path / "missing.tsv"), str(tmp_path / "w"))
