@@ -363,7 +363,8 @@ def _load_table(model_dir: str, meta: Mapping[str, Any], k: int, width: int):
 
 
 def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536) -> dict:
-    """AUC, logloss, rows and CTR of a model on labelled Parquet files."""
+    """AUC, logloss, rows and CTR of a model on labelled Parquet files, with the constant
+    predictor's log loss (always the files' click rate) and the normalized entropy (logloss / it)."""
     import numpy as np
 
     ys, ps = [], []
@@ -374,5 +375,8 @@ def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536
         ps.append(probs)
     y = np.concatenate(ys) if ys else np.zeros(0)
     p = np.concatenate(ps) if ps else np.zeros(0)
-    return {"auc": auc(y, p), "logloss": logloss(y, p) if y.size else float("nan"),
+    model = logloss(y, p) if y.size else float("nan")
+    constant = logloss(y, np.full(y.size, y.mean())) if y.size else float("nan")
+    return {"auc": auc(y, p), "logloss": model, "constant_logloss": constant,
+            "normalized_entropy": model / constant if constant > 0 else float("nan"),
             "rows": int(y.size), "ctr": float(y.mean()) if y.size else float("nan")}

@@ -107,6 +107,10 @@ def test_every_family_trains_a_log_without_a_numeric_column(avazu_prep, model, t
                                                                             metrics["constant_logloss"])
     page = (tmp_path / "eval" / "report.html").read_text()
     assert f"<th>model family</th><td>{model}</td>" in page and "normalized entropy" in page
+    trained = json.loads((tmp_path / "w" / "output" / "metrics.json").read_text())   # the gang's own
+    assert trained["config"]["model"] == model
+    assert trained["test"]["constant_logloss"] == pytest.approx(metrics["constant_logloss"], abs=1e-6)
+    assert trained["test"]["normalized_entropy"] == pytest.approx(metrics["normalized_entropy"], abs=1e-4)
     capsys.readouterr()
     print(f"{model}: start loss {start:.4f} (constant {_entropy(rate):.4f}), test auc {metrics['auc']:.4f}, "
           f"logloss {metrics['logloss']:.4f} vs constant {metrics['constant_logloss']:.4f} "
