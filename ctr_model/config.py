@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ctr_model.checks import is_int, is_positive, is_real
 from ctr_model.defaults import (
@@ -74,6 +74,9 @@ class TrainConfig:
             on 2 cores, a third of a 1M-row epoch there (docs/performance.md).
         sparse_shards: files per pserver for the sparse table when saving (Paddle's default, 1000,
             makes every checkpoint slow).
+        base_rate: the click rate the output bias starts from (``logit(base_rate)``), so an
+            untrained network predicts it instead of 0.5; ``None`` (the default): the training
+            split's, which prep records in ``schema.json`` (0.5 for data prepped before it did).
     """
 
     embedding_dim: int = 10
@@ -94,6 +97,7 @@ class TrainConfig:
     sparse_shards: int = 16
     model: str = DEFAULT_MODEL
     model_config: Dict[str, Any] = field(default_factory=dict)
+    base_rate: Optional[float] = None
 
     def __post_init__(self) -> None:
         def positive_int(name: str, upper: int = 1 << 31) -> None:
@@ -130,6 +134,11 @@ class TrainConfig:
             raise ConfigError("reader", self.reader, f"use one of {', '.join(READERS)}")
         if not isinstance(self.shuffle, bool):
             raise ConfigError("shuffle", self.shuffle, "use true or false")
+        if self.base_rate is not None:
+            if not (is_real(self.base_rate, 0.0, 1.0) and 0.0 < float(self.base_rate) < 1.0):
+                raise ConfigError("base_rate", self.base_rate, "use a click rate strictly between 0 and 1, "
+                                                               "or null for the training split's")
+            object.__setattr__(self, "base_rate", float(self.base_rate))
         self._check_model()
 
     def _check_model(self) -> None:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Literal, Optional, Sequence, overload
 
+from ctr_model.config import TrainConfig
 from ctr_model.errors import BadInput
 from ctr_model.feature_spec import FeatureSpec, split_spec
 from ctr_model.features import (
@@ -28,7 +29,7 @@ from ctr_model.features import (
 __all__ = ["DataError", "SplitInfo", "split_dir_of", "resolve_split", "check_enough_shards", "check_test_split",
            "assign_shards",
            "parquet_to_slots", "spec_to_slots", "slot_columns", "slot_tables", "write_slots", "convert_shards",
-           "trainable_features"]
+           "trainable_features", "positive_rate", "with_base_rate"]
 
 
 class DataError(BadInput):
@@ -45,25 +46,39 @@ class SplitInfo:
     rows: int
     files: tuple
     features: Optional[FeatureSpec] = None   # the data's feature spec; None: the Criteo layout
+    positive_rate: Optional[float] = None    # the split's click rate (prep's schema.json), if recorded
+
+
+def positive_rate(schema: dict) -> Optional[float]:
+    """The click rate a split's ``schema.json`` records (prep writes it), or ``None`` (an older prep,
+    or a single-class split, where no output bias could start from it)."""
+    rate = schema.get("positive_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0.0 < float(rate) < 1.0:
+        return float(rate)
+    return None
+
+
+def with_base_rate(config: TrainConfig, split: "SplitInfo") -> TrainConfig:
+    """``config`` with its ``base_rate`` (the output bias's start) set to the split's click rate,
+    unless the config names one or the split records none."""
+    if config.base_rate is not None or split.positive_rate is None:
+        return config
+    return config.replace(base_rate=round(split.positive_rate, 6))
 
 
 def trainable_features(schema: dict, where: str) -> Optional[FeatureSpec]:
-    """The feature spec a split's ``schema.json`` carries, if the trainer can train it (``None``
-    for the Criteo layout): at least one dense feature feeds the dense slot.
+    """The feature spec a split's ``schema.json`` carries (``None`` for the Criteo layout). Every
+    family trains any spec: without dense features the network has no dense input, without
+    categorical features no sparse slot.
 
     Raises:
-        DataError: an invalid embedded spec, or one the trainer cannot train (naming the feature).
+        DataError: an invalid embedded spec.
     """
     try:
         spec = split_spec(schema)
     except ValueError as exc:
         raise DataError("data", where, f"{exc}; re-run `ctr-volcano prep` with the spec") from None
-    if spec.is_criteo:
-        return None
-    if not spec.dense:
-        raise DataError("data", where, "the feature spec has no dense feature; the trainer needs at least "
-                                       "one: add a numeric column to dense")
-    return spec
+    return None if spec.is_criteo else spec
 
 
 def split_dir_of(data_dir: str, split: str, *, accept_self: bool) -> Optional[str]:
@@ -104,7 +119,7 @@ def resolve_split(data_dir: str, split: str = "train") -> Optional[SplitInfo]:
         raise DataError("data", path, "no part-*.parquet shards: re-run `ctr-volcano prep`")
     return SplitInfo(path=path, hash_buckets=int(schema.get("hash_buckets", 0)),
                      rows=int(schema.get("rows", -1)), files=tuple(files),
-                     features=trainable_features(schema, path))
+                     features=trainable_features(schema, path), positive_rate=positive_rate(schema))
 
 
 def check_enough_shards(where: str, n_shards: int, trainers: int) -> None:
@@ -163,7 +178,7 @@ def spec_to_slots(src: str, dst: str, spec: FeatureSpec, hash_buckets: int,
                   chunk_rows: int = 262_144) -> int:
     """:func:`parquet_to_slots` for data prepped with a feature spec: label, then one slot per
     categorical feature (``<count> id..``, several ids for a multi-valued one), then the dense values
-    as one slot. Each line is joined by Arrow's string kernels (no Python per row).
+    as one slot (none without dense features). Each line is joined by Arrow's string kernels (no Python per row).
 
     Raises:
         DataError: on missing columns, nulls, or ids outside ``[0, hash_buckets)``.
@@ -275,8 +290,9 @@ def _spec_slot_table(batch, src: str, hash_buckets: int, spec: FeatureSpec):
                       pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")]
         else:
             parts += [pa.array(["1"] * batch.num_rows), pc.cast(col, pa.string())]
-    parts.append(pa.array([str(len(spec.dense))] * batch.num_rows))
-    parts += [pc.cast(batch.column(d.name), pa.string()) for d in spec.dense]
+    if spec.dense:                    # no dense feature: no dense slot (the network has no dense input)
+        parts.append(pa.array([str(len(spec.dense))] * batch.num_rows))
+        parts += [pc.cast(batch.column(d.name), pa.string()) for d in spec.dense]
     return pa.table({"line": pc.binary_join_element_wise(*parts, " ")})
 
 

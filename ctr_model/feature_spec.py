@@ -26,7 +26,7 @@ from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
 
 __all__ = ["FORMATS", "DENSE_TRANSFORMS", "POOLINGS", "SpecError", "DenseFeature",
            "CategoricalFeature", "FeatureSpec", "criteo_spec", "spec_from_dict", "load_spec",
-           "spec_from_text", "split_spec"]
+           "spec_from_text", "split_spec", "input_description"]
 
 FORMATS = ("criteo", "csv", "tsv", "parquet")
 DENSE_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
@@ -160,6 +160,21 @@ class FeatureSpec:
         doc = self.to_dict()
         doc["dense"] = [{k: v for k, v in asdict(d).items() if v is not None} for d in dense]
         return spec_from_dict(doc)
+
+
+def input_description(spec: Optional[FeatureSpec]) -> str:
+    """What an input file of ``spec``'s layout is, for hints (``None``: Criteo TSV), e.g. ``a CSV
+    file with a header (label 'click' and 23 feature columns)``."""
+    if spec is None or spec.is_criteo:
+        return "a Criteo TSV file (label, 13 integer and 26 categorical fields, tab-separated)"
+    features = len(spec.dense) + len(spec.categorical)
+    shape = (f"label {spec.label!r} and {features} feature column{'s' if features != 1 else ''} "
+             f"of the feature spec")
+    if spec.format == "parquet":
+        return f"a Parquet file ({shape})"
+    how = "with a header" if spec.header else f"with the spec's {len(spec.columns)} columns, no header"
+    sep = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}.get(spec.delimiter, repr(spec.delimiter))
+    return f"a {spec.format.upper()} file {how}, {sep}-separated ({shape})"
 
 
 def criteo_spec(hash_buckets: int = DEFAULT_HASH_BUCKETS) -> FeatureSpec:

@@ -321,11 +321,13 @@ def shard_files(split_dir: str) -> List[str]:
 
 def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
                        files: Optional[Sequence[Dict[str, Any]]] = None,
-                       feature_spec: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                       feature_spec: Optional[Dict[str, Any]] = None,
+                       positive_rate: Optional[float] = None) -> Dict[str, Any]:
     """Write ``schema.json`` into a split directory (prep calls this last, as a commit marker).
 
     ``feature_spec`` is the spec's :meth:`~ctr_model.feature_spec.FeatureSpec.to_dict`; without
-    one the data is the Criteo layout (as every split written before specs existed)."""
+    one the data is the Criteo layout (as every split written before specs existed).
+    ``positive_rate``: the split's click rate (the trainer starts the output bias from it)."""
     doc: Dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "hash_buckets": int(hash_buckets),
@@ -335,6 +337,8 @@ def write_split_schema(split_dir: str, hash_buckets: int, rows: int,
     }
     if doc["columns"] == list(RAW_COLUMNS):
         doc["dense_transform"] = "log1p(max(x, 0)), empty -> 0, float32"
+    if positive_rate is not None:
+        doc["positive_rate"] = round(float(positive_rate), 6)
     if files is not None:
         doc["files"] = [dict(f) for f in files]
     if feature_spec is not None:

@@ -113,6 +113,8 @@ def write_sparse_npz(model_dir: str, dim: int | Sequence[int], table_dir: Option
     widths = [dim] if isinstance(dim, int) else list(dim)
     ids = list(table_ids) if table_ids is not None else list(range(len(widths)))
     arrays: Dict[str, Any] = {}
+    if not widths:      # no categorical feature: the one empty table a model without tables reads
+        arrays["keys"], arrays["rows"] = np.zeros(0, dtype=np.uint64), np.zeros((0, 1), dtype=np.float32)
     for k, (width, table_id) in enumerate(zip(widths, ids)):
         key_name, row_name = npz_names(k)
         arrays[key_name], arrays[row_name] = read_sparse_table(table_dir or model_dir, width, table_id)
@@ -331,7 +333,9 @@ def load_model(model_dir: str) -> Scorer:
         raise ModelError("model", model_dir, f"no {DENSE_FILE}: the export did not finish; re-run training")
     from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
 
-    names = fam.dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS))
+    spec = None if meta.get("feature_spec") is None else spec_from_dict(meta["feature_spec"])
+    names = (fam.dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS)) if spec is None
+             else fam.dense_names(config, len(spec.dense), len(spec.categorical)))
     params = {k: v.astype(np.float32) for k, v in _load_npz(dense_path, names).items()}
     tables = [_load_table(model_dir, meta, k, fam.table_width(t.dim))
               for k, t in enumerate(_meta_tables(meta, config))]
@@ -363,7 +367,8 @@ def _load_table(model_dir: str, meta: Mapping[str, Any], k: int, width: int):
 
 
 def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536) -> dict:
-    """AUC, logloss, rows and CTR of a model on labelled Parquet files."""
+    """AUC, logloss, rows and CTR of a model on labelled Parquet files, with the constant
+    predictor's log loss (always the files' click rate) and the normalized entropy (logloss / it)."""
     import numpy as np
 
     ys, ps = [], []
@@ -375,5 +380,8 @@ def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536
         ps.append(probs)
     y = np.concatenate(ys) if ys else np.zeros(0)
     p = np.concatenate(ps) if ps else np.zeros(0)
-    return {"auc": auc(y, p), "logloss": logloss(y, p) if y.size else float("nan"),
+    model = logloss(y, p) if y.size else float("nan")
+    constant = logloss(y, np.full(y.size, y.mean())) if y.size else float("nan")
+    return {"auc": auc(y, p), "logloss": model, "constant_logloss": constant,
+            "normalized_entropy": model / constant if constant > 0 else float("nan"),
             "rows": int(y.size), "ctr": float(y.mean()) if y.size else float("nan")}

@@ -2,7 +2,7 @@
 
 26 categorical slots share one embedding table (held on the pservers in PS mode); a feature spec's
 slots get one table per distinct ``embedding_dim`` (:mod:`ctr_model.sparse_tables`); the dense inputs
-come as one variable. What sits between the lookups and the 2-way softmax is the model family's
+come as one variable, and a spec without dense features has none (nor a dense slot in the data). What sits between the lookups and the 2-way softmax is the model family's
 (``TrainConfig.model``, :mod:`ctr_model.models`): the DNN by default. The parameter names are fixed
 (``SparseFeatFactors``, ``out.w``, ``out.b`` and the family's) so the exported model can be rebuilt in
 one process without Paddle (:mod:`ctr_model.infer`).
@@ -78,9 +78,11 @@ def fix_proto_shadowing() -> None:
             del sys.modules[name]
 
 
-def dense_param_names(config: TrainConfig) -> List[str]:
-    """Names of the model family's dense parameters (what trainer 0 exports)."""
-    return family(config.model).dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS))
+def dense_param_names(config: TrainConfig, features: Optional[FeatureSpec] = None) -> List[str]:
+    """Names of the model family's dense parameters (what trainer 0 exports) on ``features``
+    (``None``: Criteo)."""
+    slots, n_dense = slot_layout(features)
+    return family(config.model).dense_names(config, n_dense, len(slots))
 
 
 @dataclass
@@ -89,7 +91,7 @@ class Net:
 
     label: object
     sparse_inputs: list
-    dense_input: object
+    dense_input: Optional[object]       # None: a spec without dense features
     predict: object
     loss: object
     auc: object
@@ -98,8 +100,8 @@ class Net:
 
     @property
     def feed_vars(self) -> list:
-        """Variables in the MultiSlot order of the data files: label, C1..C26, dense."""
-        return [self.label] + list(self.sparse_inputs) + [self.dense_input]
+        """Variables in the MultiSlot order of the data files: label, C1..C26, dense (if any)."""
+        return [self.label] + list(self.sparse_inputs) + ([self.dense_input] if self.dense_input is not None else [])
 
 
 def slot_layout(features: Optional[FeatureSpec]) -> Tuple[List[Tuple[str, Optional[str]]], int]:
@@ -137,7 +139,8 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
         features: the data's feature spec (``None``: Criteo). Categorical features of one
             ``embedding_dim`` share a table, as Criteo's 26 do (their ids are salted per feature),
             one table per distinct dim (:func:`net_tables`); a multi-valued feature's variable-length
-            slot is pooled (``sum``/``mean``) with ``sequence_pool``.
+            slot is pooled (``sum``/``mean``) with ``sequence_pool``. A spec without dense features
+            has no dense input (the family gets ``None``), one without categorical features no slot.
     """
     import paddle
 
@@ -145,7 +148,7 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
     label = paddle.static.data(name=LABEL_INPUT, shape=[-1, 1], dtype="int64")
     sparse = [paddle.static.data(name=name, shape=[-1, 1], dtype="int64", lod_level=1)
               for name, _ in slots]
-    dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, n_dense], dtype="float32")
+    dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, n_dense], dtype="float32") if n_dense else None
     fam = family(config.model)
     tables = net_tables(config, features)
     table_of = {slot: t for t in tables for slot in t.slots}

@@ -9,10 +9,14 @@ shared table), so the preset's output is today's.
 
 Dense, with ``x`` the raw number and an empty field read as the feature's ``fill``:
 
-* ``criteo``: ``float32(log(1 + max(x, 0)))``, integers only, empty -> 0 (today's);
+* ``criteo``: ``float32(log(1 + max(x, 0)))``, integers only, empty -> 0 (today's); an integer
+  written as a float (``260.0``, ``1e3``: what pandas writes for an integer column with missing
+  values) is that integer, a fractional value a reject whose reason names ``log1p``/``standardize``;
 * ``log1p``: the same on any number, empty -> ``fill``;
 * ``standardize``: ``float32((x - mean) / std)`` in float64, ``mean``/``std`` from prep;
 * ``none``: ``float32(x)``.
+
+Labels: ``0``/``1``, also written as numbers (``0.0``/``1.0``); anything else is a reject.
 
 Categorical: feature ``k`` (1-based, in the spec's order) of ``n`` has ids in
 ``[0, hash_buckets)``: ``k - 1`` for an empty value, else ``n + mix64(key(v) ^ salt(k)) %
@@ -32,7 +36,15 @@ from ctr_model.features import BadRow, dense_transform, hash_slot, hash_slot_val
 from ctr_model.features import dense_value as criteo_dense_value
 
 __all__ = ["dense_column", "dense_value", "standardize_stats", "categorical_column",
-           "multivalued_column", "categorical_ids", "parse_number", "output_schema"]
+           "multivalued_column", "categorical_ids", "parse_number", "output_schema",
+           "parse_dense_column", "parse_label_column", "dense_reject", "NON_NUMBER", "FRACTION"]
+
+#: The reject categories of a dense field (prep counts rejects by category).
+NON_NUMBER = "non-number in dense column"
+FRACTION = "fraction under transform criteo"
+
+#: A decimal number as text (what :func:`parse_dense_column` accepts where Arrow's cast does not).
+_NUMBER = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 
 
 def _np(array: Any) -> np.ndarray:
@@ -96,17 +108,102 @@ def parse_number(raw: Union[str, bytes, float, int, None]) -> float:
     return value
 
 
+def _fraction(text: Any) -> BadRow:
+    return BadRow(f"not an integer: {str(text)[:40]!r}; transform criteo takes counts: give this "
+                  f"column transform log1p (or standardize) in the feature spec")
+
+
+def _criteo_value(raw: Union[str, bytes, float, int, None]) -> float:
+    """``criteo`` on one raw field: an integer (as text, or written as an integral float) or empty."""
+    if isinstance(raw, (int, np.integer)) and not isinstance(raw, bool):
+        return criteo_dense_value(str(int(raw)))
+    if raw is None or isinstance(raw, (str, bytes)):
+        try:
+            return criteo_dense_value(raw)
+        except BadRow:
+            pass            # not integer text: maybe an integer written as a float, like 260.0
+    value = parse_number(raw)
+    if math.isnan(value):
+        return 0.0
+    if not math.isfinite(value):
+        raise BadRow(f"not a number: {str(raw)[:40]!r}")
+    if value != math.floor(value):
+        raise _fraction(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
+    return float(np.float32(math.log1p(max(value, 0.0))))
+
+
 def dense_value(feature: DenseFeature, raw: Union[str, bytes, float, int, None]) -> float:
     """Reference form of :func:`dense_column` on one raw field.
 
     Raises:
-        BadRow: if the field is not a number (an integer for ``criteo``).
+        BadRow: if the field is not a number (an integer for ``criteo``: ``260``, ``260.0``, ``1e3``).
     """
     if feature.transform == "criteo":
-        text = raw if raw is None or isinstance(raw, (str, bytes)) else repr(raw) \
-            if isinstance(raw, float) else str(int(raw))
-        return criteo_dense_value(text)
+        return _criteo_value(raw)
     return float(dense_column(feature, np.array([parse_number(raw)]))[0])
+
+
+def dense_reject(feature: DenseFeature, raw: Any) -> Tuple[str, str]:
+    """``(category, reason)`` of a raw field :func:`parse_dense_column` refused (reason from the
+    reference form, so a server and prep say the same)."""
+    try:
+        dense_value(feature, raw)
+    except BadRow as exc:
+        if exc.reason.startswith("not an integer"):
+            return FRACTION, f"dense column {feature.name}: {exc.reason}"
+    return NON_NUMBER, f"{NON_NUMBER} {feature.name}: {str(raw)[:40]!r}"
+
+
+def _numbers(text: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """(float64 with NaN for empty or invalid, valid) of a trimmed text column: a field is valid
+    when empty or a finite decimal number. Arrow's cast runs first (a fraction of the regex's cost);
+    the regex only on a batch with a bad value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    empty = pc.fill_null(pc.equal(pc.utf8_length(text), 0), True)
+    nulled = pc.if_else(empty, pa.scalar(None, pa.string()), text)
+    try:
+        values = pc.cast(nulled, pa.float64())
+        if pc.all(pc.is_finite(values)).as_py() in (True, None):
+            return pc.fill_null(values, float("nan")).to_numpy(zero_copy_only=False), np.ones(len(text), bool)
+    except pa.ArrowInvalid:
+        pass
+    valid = pc.or_(empty, pc.fill_null(pc.match_substring_regex(text, _NUMBER), False))
+    usable = pc.if_else(pc.and_(valid, pc.invert(empty)), text, pa.scalar(None, pa.string()))
+    values = pc.fill_null(pc.cast(usable, pa.float64()), float("nan"))
+    return values.to_numpy(zero_copy_only=False), _np(valid)
+
+
+def parse_dense_column(feature: DenseFeature, column: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """(float64 with NaN for empty, ok) of a raw dense arrow column (text as read from a CSV, or
+    numbers from Parquet): text must be a number, and under ``criteo`` an integral one (``260.0``
+    is 260); :func:`dense_reject` says why a row is not ok."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_string(column.type) or pa.types.is_binary(column.type):
+        values, ok = _numbers(pc.utf8_trim_whitespace(column))
+    else:
+        values = pc.fill_null(pc.cast(column, pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
+        ok = np.ones(len(column), dtype=bool)
+    if feature.transform == "criteo":
+        with np.errstate(invalid="ignore"):
+            ok = ok & (np.isnan(values) | (values == np.floor(values)))
+    return values, ok
+
+
+def parse_label_column(column: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """(label int8, ok) of a raw label column: ``0``/``1`` as text or numbers, ``0.0``/``1.0`` too."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_string(column.type) or pa.types.is_binary(column.type):
+        values, _ = _numbers(pc.utf8_trim_whitespace(column))
+    else:
+        values = pc.fill_null(pc.cast(column, pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
+    ok = (values == 0) | (values == 1)
+    return (values == 1).astype(np.int8), ok
 
 
 def standardize_stats(values: Any, fill: float = 0.0) -> Tuple[float, float]:

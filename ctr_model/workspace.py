@@ -321,7 +321,7 @@ def stage_split(client: "s3.Store", data_uri: str, split: str, local_dir: str,
     separate so a trainer can overlap it with Paddle's start-up. A prefix that is not a prep output,
     or of another schema version, is refused before anything is downloaded.
     """
-    from ctr_model.data import SplitInfo, trainable_features
+    from ctr_model.data import SplitInfo, positive_rate, trainable_features
     from ctr_model.features import SCHEMA_FILE
 
     found = remote_split(client, data_uri, split)
@@ -341,7 +341,7 @@ def stage_split(client: "s3.Store", data_uri: str, split: str, local_dir: str,
 
     info = SplitInfo(path=src, hash_buckets=int(schema.get("hash_buckets", 0)),
                      rows=int(schema.get("rows", -1)), files=files,
-                     features=trainable_features(schema, src))
+                     features=trainable_features(schema, src), positive_rate=positive_rate(schema))
     return info, len(remote), download
 
 

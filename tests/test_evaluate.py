@@ -122,6 +122,29 @@ def test_compute_metrics_and_report_are_consistent():
     assert f"{m['auc']:.4f}" in page
 
 
+def test_metrics_show_the_constant_predictor_and_the_normalized_entropy():
+    y, p = _fixed_predictions(n=1500)
+    m = ev.compute_metrics(y, p)
+    constant = log_loss(y, np.full(y.size, y.mean()))
+    assert m["constant_logloss"] == pytest.approx(constant, abs=1e-9)
+    assert m["normalized_entropy"] == pytest.approx(log_loss(y, p) / constant, abs=1e-9)
+    assert m["normalized_entropy"] < 1                         # the fixed predictions carry signal
+    flat = ev.compute_metrics(y, np.full(y.size, 0.5))          # a useless model is told as one
+    assert flat["normalized_entropy"] > 1
+    m["context"] = {"model family": "deepfm"}
+    page = ev.render_report(m)
+    assert f"<td>{constant:.6f}</td>" in page and f"<td>{m['normalized_entropy']:.4f}</td>" in page
+    assert "<th>model family</th><td>deepfm</td>" in page
+
+
+def test_model_summary_names_the_family_and_its_shape():
+    meta = {"config": {"model": "dcn_v2", "model_config": {"cross_layers": 2, "low_rank": 0},
+                       "fc_sizes": [8], "embedding_dim": 4, "base_rate": 0.2, "epochs": 3}}
+    assert ev.model_summary(meta) == {"family": "dcn_v2", "config": {
+        "model_config": {"cross_layers": 2, "low_rank": 0}, "fc_sizes": [8], "embedding_dim": 4, "base_rate": 0.2}}
+    assert ev.model_summary({"config": {"fc_sizes": [8]}})["family"] == "dnn"   # exported before families
+
+
 # ---------------------------------------------------------------------------------------------
 # evaluate(): real Parquet split on disk, a small scorer of our own (the real model is tested in
 # test_evaluate_model.py and in the pipeline run)

@@ -89,11 +89,13 @@ def test_csv_with_header_rejects_by_reason_and_matches_the_reference(tmp_path):
                  PrepConfig(shards=2, test_shards=1, max_bad_fraction=0.01), spec=spec)
     assert stats["rows_in"] == len(rows) + len(bad)
     assert stats["rows_train"] + stats["rows_test"] == len(rows)
-    assert stats["rejected_by_reason"] == {"empty line": 1, "label not 0/1": 1,
-                                           "non-number in dense column": 4, "wrong field count": 1}
+    assert stats["rejected_by_reason"] == {"empty line": 1, "label not 0/1": 1, "fraction under transform criteo": 1,
+                                           "non-number in dense column": 3, "wrong field count": 1}
     lines = {e["line"]: e["reason"] for e in stats["rejected_examples"]}
-    assert lines[1002] == "label not 0/1: '2'" and "price: 'abc'" in lines[1003]
-    assert "visits: '1.5'" in lines[1004] and "wrong field count" in lines[1005]
+    assert lines[1002] == "label not 0/1 (nor 0.0/1.0): '2'" and "price: 'abc'" in lines[1003]
+    assert lines[1004] == ("dense column visits: not an integer: '1.5'; transform criteo takes counts: give this "
+                           "column transform log1p (or standardize) in the feature spec")
+    assert "wrong field count" in lines[1005]
     assert "price: 'inf'" in lines[1007] and "age: 'NaN'" in lines[1008]
     written = split_spec(F.check_split_schema(str(tmp_path / "out" / "train"), any_spec=True))
     age = written.dense[1]

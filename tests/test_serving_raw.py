@@ -141,9 +141,6 @@ def test_serve_refuses_a_directory_that_is_no_model_in_one_line(tmp_path, capsys
     assert "no model_meta.json: pass the model/ directory" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="until ctr_model's criteo transform reads integral floats (issue 36, "
-                                       "h36-train): the server imports it, so this passes once that lands; "
-                                       "then remove this marker")
 def test_integral_floats_under_criteo_are_its_integers():
     floats = feed(SPEC, _text_columns(visits=("BYTES", np.array(["260.0", "1e3", ""], dtype=object))))
     ints = feed(SPEC, _text_columns(visits=("BYTES", np.array(["260", "1000", ""], dtype=object))))

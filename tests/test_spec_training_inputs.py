@@ -48,13 +48,19 @@ def test_scorer_pools_multivalued_embeddings_like_the_network():
     assert scorer.predict(TABLE) == pytest.approx(expected, rel=1e-5)
 
 
-def test_trainer_refuses_specs_it_cannot_train():
+def test_trainer_takes_any_spec_and_refuses_a_broken_one(tmp_path):
     doc = {"feature_spec": json.loads(json.dumps(SPEC.to_dict()))}
     assert trainable_features(doc, "d") == SPEC
     doc["feature_spec"]["categorical"][1]["embedding_dim"] = 4      # mixed dims: a table per dim
     assert trainable_features(doc, "d").categorical[1].embedding_dim == 4
-    doc["feature_spec"]["dense"] = []
-    with pytest.raises(DataError, match="no dense feature"):
+    doc["feature_spec"]["dense"] = []                               # no dense feature: no dense slot
+    no_dense = trainable_features(doc, "d")
+    assert no_dense is not None and no_dense.dense == ()
+    pq.write_table(TABLE, tmp_path / "p.parquet")
+    assert spec_to_slots(str(tmp_path / "p.parquet"), str(tmp_path / "s"), no_dense, 100) == 2
+    assert (tmp_path / "s").read_text().splitlines() == ["1 1 1 7 3 3 4 5", "1 0 1 9 1 1"]
+    doc["feature_spec"]["categorical"] = []
+    with pytest.raises(DataError, match="declare at least one dense or categorical feature"):
         trainable_features(doc, "d")
     assert trainable_features({"hash_buckets": 1000}, "d") is None
 

@@ -65,7 +65,8 @@ def write_planted_prep(out_dir: str, train_rows: int = 20_000, test_rows: int = 
                            os.path.join(split, f"part-{i:05d}.parquet"))
         with open(os.path.join(split, SCHEMA_FILE), "w", encoding="utf-8") as fh:
             json.dump({"schema_version": SCHEMA_VERSION, "hash_buckets": hash_buckets,
-                       "columns": list(RAW_COLUMNS), "rows": rows}, fh)
+                       "columns": list(RAW_COLUMNS), "rows": rows,
+                       "positive_rate": round(float(label.mean()), 6)}, fh)
         return label, p
 
     write_split("train", train_rows, shards)

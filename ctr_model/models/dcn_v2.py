@@ -19,7 +19,7 @@ import math
 from typing import Any, Dict, List
 
 from ctr_model.models import Family
-from ctr_model.models.layers import mlp, mlp_names, np_mlp
+from ctr_model.models.layers import concat, mlp, mlp_names, np_mlp, width_of
 
 __all__ = ["FAMILY"]
 
@@ -60,14 +60,12 @@ def _cross(x0, x, d: int, layer: int, rank: int):
 
 
 def _build(embs, dense, config):
-    import paddle
-
-    x0 = paddle.concat(list(embs) + [dense], axis=1)
-    d = dense.shape[1] + sum(e.shape[1] for e in embs)
+    x0 = concat(list(embs) + [dense])
+    d = width_of(dense) + sum(e.shape[1] for e in embs)
     x = x0
     for layer in range(config.model_config["cross_layers"]):
         x = _cross(x0, x, d, layer, config.model_config["low_rank"])
-    return mlp(x, d, config.fc_sizes)
+    return mlp(x, d, config.fc_sizes, config.base_rate)
 
 
 def _logits(params: Dict[str, Any], embs, dense, config):

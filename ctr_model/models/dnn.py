@@ -5,16 +5,14 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from ctr_model.models import Family
-from ctr_model.models.layers import mlp, mlp_names, np_mlp
+from ctr_model.models.layers import concat, mlp, mlp_names, np_mlp, width_of
 
 __all__ = ["FAMILY"]
 
 
 def _build(embs, dense, config):
-    import paddle
-
-    width = dense.shape[1] + sum(e.shape[1] for e in embs)
-    return mlp(paddle.concat(list(embs) + [dense], axis=1), width, config.fc_sizes)
+    width = width_of(dense) + sum(e.shape[1] for e in embs)
+    return mlp(concat(list(embs) + [dense]), width, config.fc_sizes, config.base_rate)
 
 
 def _logits(params: Dict[str, Any], embs, dense, config):

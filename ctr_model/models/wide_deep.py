@@ -12,18 +12,28 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from ctr_model.models import Family
-from ctr_model.models.layers import add_margin, column, linear, mlp, mlp_names, np_add_margin, np_linear, np_mlp
+from ctr_model.models.layers import (
+    add_margin,
+    column,
+    concat,
+    linear,
+    linear_names,
+    mlp,
+    mlp_names,
+    np_add_margin,
+    np_linear,
+    np_mlp,
+    width_of,
+)
 
 __all__ = ["FAMILY"]
 
 
 def _build(embs, dense, config):
-    import paddle
-
     deep_in = [column(e, 1, e.shape[1]) for e in embs]
-    width = dense.shape[1] + sum(e.shape[1] - 1 for e in embs)
-    deep = mlp(paddle.concat(deep_in + [dense], axis=1), width, config.fc_sizes)
-    return add_margin(deep, linear(embs, dense, dense.shape[1], "wide"))
+    width = width_of(dense) + sum(e.shape[1] - 1 for e in embs)
+    deep = mlp(concat(deep_in + [dense]), width, config.fc_sizes, config.base_rate)
+    return add_margin(deep, linear(embs, dense, "wide"))
 
 
 def _logits(params: Dict[str, Any], embs, dense, config):
@@ -34,7 +44,7 @@ def _logits(params: Dict[str, Any], embs, dense, config):
 
 
 def _names(config, num_dense: int, slots: int) -> List[str]:
-    return ["wide.w"] + mlp_names(config.fc_sizes)
+    return linear_names("wide", num_dense) + mlp_names(config.fc_sizes)
 
 
 FAMILY = Family(name="wide_deep", defaults={}, check=lambda key, value: None,

@@ -65,7 +65,7 @@ def _write_export(spec: RoleSpec, config: TrainConfig, fleet: Any, last: ckpt.Ch
     pull_dense(fleet)
     scope = paddle.static.global_scope()
     arrays: Dict[str, Any] = {name: np.array(scope.find_var(name).get_tensor())
-                              for name in dense_param_names(config)}
+                              for name in dense_param_names(config, features)}
     np.savez(os.path.join(model_dir, DENSE_FILE), **arrays)
     keys, tables = _export_sparse(config, features, fleet, model_dir, last.path)
     export_checkpoint(last.path, model_dir)   # what a later run warm-starts from

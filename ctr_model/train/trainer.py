@@ -17,7 +17,7 @@ from ctr_model import store as s3
 from ctr_model import workspace as wsp
 from ctr_model.config import ConfigError, TrainConfig
 from ctr_model.contract import PSERVER, RoleSpec
-from ctr_model.data import SplitInfo, check_enough_shards, check_test_split
+from ctr_model.data import SplitInfo, check_enough_shards, check_test_split, with_base_rate
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.train import say
 from ctr_model.train.checkpoints import restore
@@ -68,7 +68,7 @@ def run_trainer(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, explicit
 def _checked_config(spec: RoleSpec, config: TrainConfig, split: SplitInfo, explicit_buckets: bool) -> TrainConfig:
     """The config for this data: its embedding width, and its hash buckets unless the config names
     them (then they must be the data's)."""
-    config = with_features(config, split.features)
+    config = with_base_rate(with_features(config, split.features), split)
     if split.hash_buckets and not explicit_buckets:
         config = config.replace(hash_buckets=split.hash_buckets)   # follow the data by default
     if split.hash_buckets and split.hash_buckets != config.hash_buckets:

@@ -277,8 +277,8 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
     """
     data_path = Path(data) if data else default_sample_dir()
     if not data_path.exists():
-        fix = ("no such file or directory; give a file or directory of raw click logs (Criteo TSV, or the "
-               "layout -p feature_spec declares)" if data else
+        layout = "in the feature spec's layout" if (params or {}).get("feature_spec") else "of Criteo TSV"
+        fix = (f"no such file or directory; give a file or directory {layout}" if data else
                "the sample ships with the source tree; from an installed wheel pass --data PATH")
         raise BadInput("data", str(data_path), fix)
     known = check_param_names(list(params or {}), field="params")

@@ -36,7 +36,7 @@ from ctr_volcano.util.outputs import writable_dir
 __all__ = [
     "LOGLOSS_EPS", "DEFAULT_BATCH_SIZE", "ROC_MAX_POINTS",
     "auc", "logloss", "calibration", "roc_curve", "confusion_matrix", "compute_metrics",
-    "render_report", "evaluate", "find_split_dir",
+    "render_report", "evaluate", "find_split_dir", "model_summary",
 ]
 
 logger = logging.getLogger(__name__)
@@ -180,14 +180,24 @@ def compute_metrics(labels: Any, probs: Any, threshold: float = 0.5,
                     bins: int = 10) -> Dict[str, Any]:
     """Every metric of the report, as one JSON-ready dict.
 
-    Keys: ``auc``, ``logloss``, ``rows``, ``positives``, ``positive_rate``, ``mean_prediction``,
-    ``threshold``, ``accuracy``, ``confusion_matrix``, ``calibration``, ``roc``.
+    Keys: ``auc``, ``logloss``, ``constant_logloss``, ``normalized_entropy``, ``rows``,
+    ``positives``, ``positive_rate``, ``mean_prediction``, ``threshold``, ``accuracy``,
+    ``confusion_matrix``, ``calibration``, ``roc``.
+
+    ``constant_logloss`` is the log loss of the constant predictor that always says the split's own
+    click rate (the best any constant can do on it), and ``normalized_entropy`` the model's log loss
+    divided by it: below 1 the model knows more than the click rate, at or above 1 it learned
+    nothing usable (a small or wide log trained too little, or too much).
     """
     y, p = _as_arrays(labels, probs)
     cm = confusion_matrix(y, p, threshold)
+    model_loss = logloss(y, p)
+    constant = logloss(y, np.full(y.size, float(y.mean())))
     return {
         "auc": auc(y, p),
-        "logloss": logloss(y, p),
+        "logloss": model_loss,
+        "constant_logloss": constant,
+        "normalized_entropy": model_loss / constant if constant > 0 else None,
         "rows": int(y.size),
         "positives": int(y.sum()),
         "positive_rate": float(y.mean()),
@@ -250,6 +260,22 @@ def _nice_axis(top: float) -> Tuple[float, float]:
     return 1.0, 0.25
 
 
+def _summary_rows(metrics: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """The report's header table: the model's quality beside the constant predictor's, then what
+    was evaluated (the model family and its config among it)."""
+    rows = [("AUC", f"{metrics['auc']:.6f}"), ("log loss", f"{metrics['logloss']:.6f}")]
+    if "constant_logloss" in metrics:
+        ne = metrics.get("normalized_entropy")
+        rows += [("log loss of the constant predictor (the click rate)", f"{metrics['constant_logloss']:.6f}"),
+                 ("normalized entropy (log loss / constant's; below 1 beats the click rate)",
+                  "" if ne is None else f"{ne:.4f}")]
+    rows += [("rows", f"{metrics['rows']:,}"), ("positive rate (observed CTR)", f"{metrics['positive_rate']:.4%}"),
+             ("mean prediction", f"{metrics['mean_prediction']:.4%}"),
+             (f"accuracy at threshold {metrics['threshold']:g}", f"{metrics['accuracy']:.4%}")]
+    rows.extend((f"{k}", str(v)) for k, v in metrics.get("context", {}).items())
+    return rows
+
+
 def render_report(metrics: Dict[str, Any], title: str = "CTR model evaluation") -> str:
     """Render :func:`compute_metrics` output as a self-contained HTML page (inline SVG, no scripts).
 
@@ -267,11 +293,7 @@ def render_report(metrics: Dict[str, Any], title: str = "CTR model evaluation") 
     cal_svg = _svg_plot("Calibration by decile", "mean predicted CTR", "observed CTR",
                         [("#d62728", cal_pts, True)], scale=scale, step=step)
     cm = metrics["confusion_matrix"]
-    rows = [("AUC", f"{metrics['auc']:.6f}"), ("log loss", f"{metrics['logloss']:.6f}"),
-            ("rows", f"{metrics['rows']:,}"), ("positive rate (observed CTR)", f"{metrics['positive_rate']:.4%}"),
-            ("mean prediction", f"{metrics['mean_prediction']:.4%}"),
-            (f"accuracy at threshold {metrics['threshold']:g}", f"{metrics['accuracy']:.4%}")]
-    rows.extend((f"{k}", str(v)) for k, v in metrics.get("context", {}).items())
+    rows = _summary_rows(metrics)
     summary = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
     features = "".join(
         f"<tr><th>{e(f['name'])}</th><td>{e(f['kind'])}</td><td>{e(f['transform'])}</td>"
@@ -373,9 +395,22 @@ def _context(model_dir: str, split_dir: str, meta: Dict[str, Any]) -> Dict[str, 
     if "pservers" in meta and "trainers" in meta:
         ctx["trained by"] = f"{meta['pservers']} pserver(s) x {meta['trainers']} trainer(s)"
     config = meta.get("config") or {}
+    if config:
+        model = model_summary(meta)
+        ctx["model family"] = model["family"]
+        ctx["model config"] = json.dumps(model["config"], sort_keys=True)
     if "epochs" in config:
         ctx["epochs"] = str(config["epochs"])
     return ctx
+
+
+def model_summary(meta: Dict[str, Any]) -> Dict[str, Any]:
+    """Which model was trained: its family (``dnn`` for models exported before families existed)
+    and the config that shapes it (the family's ``model_config``, the layers, the embedding width,
+    the click rate its output bias started from)."""
+    config = meta.get("config") or {}
+    shape = {k: config[k] for k in ("model_config", "fc_sizes", "embedding_dim", "base_rate") if k in config}
+    return {"family": config.get("model", "dnn"), "config": shape}
 
 
 def _features(meta: Dict[str, Any], split_dir: str) -> List[Dict[str, Any]]:
@@ -445,6 +480,7 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
                                           "the split is incomplete or was modified; re-run the prep step")
     metrics = compute_metrics(labels, probs, threshold=threshold)
     metrics["context"] = _context(model_dir, split_dir, meta)
+    metrics["model"] = model_summary(meta)
     metrics["features"] = _features(meta, split_dir)
     report_path = os.path.join(out_dir, "report.html")
     metrics.update({"model_dir": os.path.abspath(model_dir), "data_dir": os.path.abspath(split_dir),

@@ -98,7 +98,7 @@ def prep_splits(inputs: Sequence[str], train_dir: str, test_dir: str,
     config = config if config is not None else PrepConfig()
     if not isinstance(config, PrepConfig):
         raise BadInput("config", config, "pass a ctr_volcano.data.prep.PrepConfig")
-    files = resolve_inputs(inputs)
+    files = resolve_inputs(inputs, spec)
     if stats_path and os.path.exists(stats_path):
         os.remove(stats_path)   # it describes the shards the writers below replace
     if spec is not None and not spec.is_criteo:

@@ -5,7 +5,8 @@ Why a path of its own: the Criteo path (:mod:`ctr_volcano.data.prep`) is tuned f
 every column as text (CSV/TSV, streamed in blocks; gzip by file name) or as stored (Parquet, by
 row group), and numpy does the rest a whole batch at a time: no Python per row. Every file's
 columns are checked against the spec before anything is written. A record with a wrong field count
-(pyarrow's invalid-row handler), an empty line, a label other than 0/1 or an unparsable number is
+(pyarrow's invalid-row handler), an empty line, a label other than 0/1 (``0.0``/``1.0`` are 0/1), an
+unparsable number or a fraction under ``transform: criteo`` (:mod:`ctr_model.transforms` parses) is
 rejected and counted by reason, like the Criteo path's. ``standardize`` statistics need the whole
 input: a first pass computes them over the rows that will be kept.
 """
@@ -19,7 +20,15 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ctr_model.feature_spec import DenseFeature, FeatureSpec
-from ctr_model.transforms import categorical_column, dense_column, multivalued_column, output_schema
+from ctr_model.transforms import (
+    categorical_column,
+    dense_column,
+    dense_reject,
+    multivalued_column,
+    output_schema,
+    parse_dense_column,
+    parse_label_column,
+)
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
@@ -29,8 +38,6 @@ __all__ = ["prep_spec", "file_columns", "check_files", "check_compression", "lis
 
 logger = logging.getLogger(__name__)
 
-_NUMBER = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
-_INTEGER = r"^-?[0-9]+$"
 _BATCH_ROWS = 1 << 16
 
 
@@ -216,60 +223,6 @@ def _batches(spec: FeatureSpec, path: str, columns: Optional[Sequence[str]] = No
         yield None, list(bad)
 
 
-def _label(column: Any) -> Tuple[np.ndarray, np.ndarray]:
-    """(label int8, ok) of a label column: text ``0``/``1`` or numbers 0/1."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_string(column.type) or pa.types.is_binary(column.type):
-        text = pc.fill_null(pc.utf8_trim_whitespace(column), "")
-        ok = _np(pc.is_in(text, value_set=pa.array(["0", "1"])))
-        return _np(pc.equal(text, "1")).astype(np.int8), ok
-    values = pc.fill_null(pc.cast(column, pa.float64()), -1.0).to_numpy(zero_copy_only=False)
-    ok = (values == 0) | (values == 1)
-    return (values == 1).astype(np.int8), ok
-
-
-def _raw_dense(feature: DenseFeature, column: Any) -> Tuple[np.ndarray, np.ndarray]:
-    """(float64 with NaN for empty, ok) of a dense column; text must be a number (an integer for
-    the ``criteo`` transform)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not (pa.types.is_string(column.type) or pa.types.is_binary(column.type)):
-        values = pc.cast(column, pa.float64())
-        return pc.fill_null(values, float("nan")).to_numpy(zero_copy_only=False), \
-            np.ones(len(column), dtype=bool)
-    text = pc.utf8_trim_whitespace(column)
-    empty = pc.fill_null(pc.equal(pc.utf8_length(text), 0), True)
-    if feature.transform != "criteo":
-        fast = _cast_numbers(text, empty)
-        if fast is not None:
-            return fast, np.ones(len(column), dtype=bool)
-    pattern = _INTEGER if feature.transform == "criteo" else _NUMBER
-    valid = pc.or_(empty, pc.fill_null(pc.match_substring_regex(text, pattern), False))
-    usable = pc.if_else(pc.and_(valid, pc.invert(empty)), text, pa.scalar(None, pa.string()))
-    values = pc.fill_null(pc.cast(usable, pa.float64()), float("nan"))
-    return values.to_numpy(zero_copy_only=False), _np(valid)
-
-
-def _cast_numbers(text: Any, empty: Any) -> Optional[np.ndarray]:
-    """float64 (NaN = empty) of a text column in which every value is a finite decimal number, or
-    None when one is not. Arrow's cast accepts what :data:`_NUMBER` accepts plus ``inf``/``nan``
-    spellings (refused here as not finite), and is a fraction of the regex's cost, so the regex
-    only runs on a batch that has a bad value."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
-        values = pc.cast(pc.if_else(empty, pa.scalar(None, pa.string()), text), pa.float64())
-    except pa.ArrowInvalid:
-        return None
-    if pc.all(pc.is_finite(values)).as_py() not in (True, None):
-        return None
-    return pc.fill_null(values, float("nan")).to_numpy(zero_copy_only=False)
-
-
 def _clean(spec: FeatureSpec, table: Any) -> Tuple[np.ndarray, list, Dict[str, np.ndarray], np.ndarray]:
     """(keep mask, [(row, category, detail)], raw dense columns, label) of one batch."""
     import pyarrow.compute as pc
@@ -283,18 +236,17 @@ def _clean(spec: FeatureSpec, table: Any) -> Tuple[np.ndarray, list, Dict[str, n
     if len(spec.output_columns) > 1 and all_null.any():
         reasons += [(int(i), "empty line", "empty line") for i in np.flatnonzero(all_null)]
         keep &= ~all_null
-    label, ok = _label(table.column(spec.label))
+    label, ok = parse_label_column(table.column(spec.label))
     for i in np.flatnonzero(keep & ~ok):
         value = table.column(spec.label)[int(i)].as_py()
-        reasons.append((int(i), "label not 0/1", f"label not 0/1: {str(value)[:40]!r}"))
+        reasons.append((int(i), "label not 0/1", f"label not 0/1 (nor 0.0/1.0): {str(value)[:40]!r}"))
     keep &= ok
     raw: Dict[str, np.ndarray] = {}
     for d in spec.dense:
-        raw[d.name], ok = _raw_dense(d, table.column(d.name))
+        raw[d.name], ok = parse_dense_column(d, table.column(d.name))
         for i in np.flatnonzero(keep & ~ok):
-            value = table.column(d.name)[int(i)].as_py()
-            reasons.append((int(i), "non-number in dense column",
-                            f"non-number in dense column {d.name}: {str(value)[:40]!r}"))
+            category, detail = dense_reject(d, table.column(d.name)[int(i)].as_py())
+            reasons.append((int(i), category, detail))
         keep &= ok
     return keep, reasons, raw, label
 
@@ -393,7 +345,7 @@ def prep_spec(files: Sequence[str], train_dir: str, test_dir: str, config: PrepC
     train = ShardSet(train_dir, config.shards, config.compression, schema)
     test = ShardSet(test_dir, config.test_shards, config.compression, schema)
     acc = Accumulator(config, [d.name for d in spec.dense] + [c.name for c in spec.categorical],
-                      hash_buckets=_id_space(spec))
+                      hash_buckets=_id_space(spec), spec=spec)
     splitter = StratifiedSplit(config.seed, config.test_fraction)
     ok = False
     try:

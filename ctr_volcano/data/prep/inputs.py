@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Iterator, List, NamedTuple, Sequence, Tuple
+from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+from ctr_model.feature_spec import FeatureSpec, input_description
 from ctr_volcano.errors import BadInput
 
 __all__ = ["resolve_inputs", "Job", "jobs", "piece_bytes", "long_line_error"]
@@ -16,7 +17,7 @@ __all__ = ["resolve_inputs", "Job", "jobs", "piece_bytes", "long_line_error"]
 _INPUT_SUFFIXES = (".tsv", ".txt", ".csv", ".gz", ".tsv.gz", ".txt.gz", ".parquet")
 
 
-def resolve_inputs(inputs: Sequence[str]) -> List[str]:
+def resolve_inputs(inputs: Sequence[str], spec: Optional[FeatureSpec] = None) -> List[str]:
     """Expand files, globs and directories into an ordered list of input files.
 
     A directory contributes its regular files named ``*.tsv``, ``*.txt``, ``*.csv``, ``*.gz``,
@@ -24,7 +25,8 @@ def resolve_inputs(inputs: Sequence[str]) -> List[str]:
     other extensions (``oracle.json``, ``README.md``) are skipped.
 
     Raises:
-        BadInput: for no inputs, a missing path, a glob or directory matching no file.
+        BadInput: for no inputs, a missing path, a glob or directory matching no file (the fix
+            speaks of ``spec``'s layout; ``None``: Criteo TSV).
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [os.fspath(inputs)]
@@ -48,8 +50,9 @@ def resolve_inputs(inputs: Sequence[str]) -> List[str]:
         elif os.path.isfile(item):
             files.append(item)
         else:
-            raise BadInput("input", item, "no such file or directory; give a file of raw click logs "
-                           "(Criteo TSV or a feature spec's layout, plain or .gz), a glob or a directory")
+            kind = input_description(spec).split(" (")[0]
+            gz = "" if spec is not None and spec.format == "parquet" else " (plain or .gz)"
+            raise BadInput("input", item, f"no such file or directory; give {kind}{gz}, a glob or a directory")
     return files
 
 

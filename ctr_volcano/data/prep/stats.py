@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence
 import numpy as np
 
 from ctr_model.atomic import write_json
+from ctr_model.feature_spec import FeatureSpec, input_description
 from ctr_model.features import RAW_COLUMNS, SCHEMA_VERSION, write_split_schema
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.parse import looks_like_header
@@ -27,8 +28,10 @@ class Accumulator:
     """Counts, rejects and per-column statistics over the whole run."""
 
     def __init__(self, config: PrepConfig, names: Sequence[str] = RAW_COLUMNS[1:],
-                 hash_buckets: Optional[int] = None):
+                 hash_buckets: Optional[int] = None, spec: Optional[FeatureSpec] = None):
         self.config = config
+        self.expected = input_description(spec)    # what the hints say the input should be
+        self.criteo = spec is None or spec.is_criteo
         self.names = tuple(names)          # the feature columns whose missing rates are reported
         self.hash_buckets = config.hash_buckets if hash_buckets is None else hash_buckets
         self.rows_in_before = 0        # lines of all blocks seen so far (global line index base)
@@ -47,7 +50,7 @@ class Accumulator:
         self.rows_in += n_lines
         self.rows_rejected += len(rejects)
         for i, category, detail, text in rejects:
-            if first_line + i == 1 and looks_like_header(text):
+            if self.criteo and first_line + i == 1 and looks_like_header(text):
                 detail = ("a header line (column names); Criteo TSV files have none: remove it "
                           f"(e.g. tail -n +2), first fields {text[:40].decode('utf-8', 'replace')!r}")
             self.by_reason[category] = self.by_reason.get(category, 0) + 1
@@ -58,8 +61,7 @@ class Accumulator:
             i, _, detail, _ = rejects[0]
             raise BadInput("input", f"{path}:{first_line + i}",
                            f"{len(rejects)} of {n_lines} lines in this block are bad "
-                           f"(first: {detail}); is this a Criteo TSV file (label, 13 integer "
-                           f"and 26 categorical fields, tab-separated)?")
+                           f"(first: {detail}); is this {self.expected}?")
 
     def add_good(self, missing: np.ndarray, train_part, test_part) -> None:
         import pyarrow.compute as pc
@@ -82,8 +84,7 @@ class Accumulator:
                 f"{self.rows_rejected} of {self.rows_in} lines ({frac:.4%}) were rejected; "
                 f"first at {first['file']}:{first['line']}: {first['reason']}. Fix the input, "
                 f"or raise --max-bad-fraction to accept it"
-                + ("; most lines are bad: is this a Criteo TSV file (label, 13 integer and 26 "
-                   "categorical fields, tab-separated)?" if frac > 0.5 else ""))
+                + (f"; most lines are bad: is this {self.expected}?" if frac > 0.5 else ""))
 
     def stats(self, train: Shards, test: Shards, seconds: float) -> Dict[str, Any]:
         good = self.rows_train + self.rows_test
@@ -127,8 +128,9 @@ def write_outputs(acc: "Accumulator", train: Shards, test: Shards, seconds: floa
     acc.check_bad_fraction()
     stats = acc.stats(train, test, seconds)
     stats.update(extra)
-    for shards, rows in ((train, acc.rows_train), (test, acc.rows_test)):
-        write_split_schema(shards.dir, id_space, rows, shards.files(), spec_doc)
+    for shards, rows, positives in ((train, acc.rows_train, acc.pos_train), (test, acc.rows_test, acc.pos_test)):
+        write_split_schema(shards.dir, id_space, rows, shards.files(), spec_doc,
+                           positive_rate=positives / rows if rows else None)
     if stats_path:
         write_json(stats_path, stats)
     return stats
