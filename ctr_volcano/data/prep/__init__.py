@@ -82,7 +82,7 @@ def check_inputs(inputs: Sequence[str], spec: Optional[FeatureSpec] = None) -> L
     Raises:
         BadInput: naming the file (field ``input``) or the spec, and the fix.
     """
-    files = resolve_inputs(inputs)
+    files = resolve_inputs(inputs, spec)
     if spec is not None and not spec.is_criteo:
         check_files(spec, files)
     return files
