@@ -116,14 +116,13 @@ def linf_distance(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> Tuple[float, 
 def new_id_rate(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> float:
     """The share of the day's rows with a value whose id the reference never saw, estimated.
 
-    The day's rows are represented by its row sample. Its ``k`` most frequent ids are looked up one by
-    one: known if the reference has them among its frequent or KMV ids; an id absent from both counts
-    as new (a frequent id the reference did not have among its ~400 frequent ones). The rest of the
-    rows are estimated on the ids both KMV sketches cover: with the same hash, every id of either side
-    whose hash is below the smaller of the two thresholds is in both sketches if it occurs on both
-    sides, so among the day's KMV ids below it, an id missing from the reference's KMV is new for
-    sure (coordinated sampling). With fewer than ``k`` distinct ids on each side (both sketches hold
-    every id) the rate is exact up to the row sample.
+    The day's ``k`` most frequent ids (their shares from the row sample) are looked up one by one:
+    known if the reference has them among its frequent or hash-sampled ids; an id absent from both
+    counts as new (a frequent id the reference did not have among its ~400 frequent ones). The rest of
+    the rows are estimated on the ids both hash samples cover (coordinated sampling): with the same
+    hash, every id of either side whose hash is below the smaller of the two samples' reaches is in
+    both samples if it occurs on both sides, so among the day's sampled ids below it (weighted by
+    their exact row counts), one missing from the reference's sample is new for sure.
     """
     if not day.sample_rows:
         return 0.0

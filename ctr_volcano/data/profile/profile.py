@@ -27,6 +27,7 @@ from ctr_volcano.data.profile.sketches import (
     BINS_PER_UNIT,
     HISTOGRAM_BINS,
     KMV_K,
+    KMV_RATE,
     TOP_KEEP,
     TOP_STRIDE,
     DenseSketch,
@@ -35,7 +36,7 @@ from ctr_volcano.data.profile.sketches import (
 from ctr_volcano.errors import BadInput
 
 __all__ = ["DataProfile", "PROFILE_FILE", "MODEL_PROFILE_FILE", "PROFILE_VERSION", "QUANTILES", "TOP_K",
-           "criteo_piece", "spec_piece", "read_profile", "attach_to_model", "profile_path_of"]
+           "SKETCH_PARAMETERS", "criteo_piece", "spec_piece", "read_profile", "attach_to_model", "profile_path_of"]
 
 #: The profile's file name beside ``stats.json`` and in the train split's directory.
 PROFILE_FILE = "profile.json"
@@ -46,6 +47,9 @@ PROFILE_VERSION = 1
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 #: Frequent ids reported per categorical feature (and compared by the L-infinity check).
 TOP_K = 100
+#: The sketches' parameters, written into every profile: two profiles compare only if they agree.
+SKETCH_PARAMETERS = {"bins_per_unit": BINS_PER_UNIT, "histogram_bins": HISTOGRAM_BINS, "kmv_k": KMV_K,
+                     "kmv_rate": KMV_RATE, "top_stride": TOP_STRIDE, "top_keep": TOP_KEEP}
 
 
 @dataclass
@@ -105,8 +109,7 @@ class DataProfile:
             "label": {"name": self.label, "positives": self.positives, "rate": self.label_rate},
             "dense": {k: _dense_doc(s) for k, s in self.dense.items()},
             "categorical": {k: _id_doc(s) for k, s in self.categorical.items()},
-            "sketches": {"bins_per_unit": BINS_PER_UNIT, "histogram_bins": HISTOGRAM_BINS, "kmv_k": KMV_K,
-                         "top_stride": TOP_STRIDE, "top_keep": TOP_KEEP},
+            "sketches": dict(SKETCH_PARAMETERS),
             "feature_spec": dict(spec) if spec is not None else None,
             "source": dict(source or {}),
         }
@@ -116,11 +119,13 @@ class DataProfile:
         """The profile of a ``profile.json`` document (its ``sketch`` parts).
 
         Raises:
-            ValueError: not a profile of this version.
+            ValueError: not a profile of this version, or one of other sketch parameters.
         """
         if doc.get("profile_version") != PROFILE_VERSION:
             raise ValueError(f"profile_version {doc.get('profile_version')!r} found, this code reads "
                              f"{PROFILE_VERSION}")
+        if doc.get("sketches") != SKETCH_PARAMETERS:
+            raise ValueError(f"sketches {doc.get('sketches')!r} found, this code reads {SKETCH_PARAMETERS}")
         return cls(label=doc["label"]["name"], rows=int(doc["rows"]), positives=int(doc["label"]["positives"]),
                    dense={k: DenseSketch.from_state(v["sketch"]) for k, v in doc["dense"].items()},
                    categorical={k: IdSketch.from_state(v["sketch"]) for k, v in doc["categorical"].items()})

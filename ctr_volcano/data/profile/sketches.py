@@ -8,19 +8,22 @@ of its kind; merging is how prep's pieces, blocks and fanned-out workers combine
   The bins are a quantile sketch in the manner of DDSketch: bin ``b >= 0`` holds ``x`` with
   ``b <= 32 log1p(x) < b + 1``, so any quantile read back from it is within a factor ``e^(1/32)``
   (3.2%) of ``1 + |x|``. Merging adds the bin counts: exact, associative and commutative.
-* :class:`IdSketch`: for a categorical column of hashed ids, the rows and missing rows, the
-  :data:`KMV_K` ids of smallest hash (a KMV distinct-count sketch, Bar-Yossef et al. / Beyer et al.)
-  with their exact row counts, and the most frequent ids of a 1-in-:data:`TOP_STRIDE` row sample.
-  The KMV part merges exactly (the ``k`` smallest hashes of a union are among each part's ``k``
-  smallest, and an id among them is among the ``k`` smallest of every part it occurs in, so its
-  counts add up exactly). The frequent-id part is a pruned summary (the :data:`TOP_KEEP` largest
-  counts are kept at each merge); it is exact for ids frequent enough to never be pruned, and
-  deterministic for a fixed order of merges, which prep keeps (piece, block, run; see
-  :mod:`ctr_volcano.data.prep.fanout`).
+* :class:`IdSketch`: for a categorical column of hashed ids, the rows and missing rows, a hash sample
+  of its distinct ids -- the :data:`KMV_K` ids of smallest hash among those whose hash is below
+  1/:data:`KMV_RATE` of the hash space (a KMV sketch, Bar-Yossef et al., Beyer et al., with a fixed
+  first cut), with their row counts -- and the most frequent ids of a 1-in-:data:`TOP_STRIDE` row
+  sample, with their counts in that sample. The hash sample merges exactly (the ``k`` smallest hashes
+  of a union are among each part's ``k`` smallest), and so do its counts (an id among the union's
+  ``k`` smallest is among the ``k`` smallest of every part it occurs in). The frequent-id part is a
+  pruned summary (the :data:`TOP_KEEP` largest counts are kept at each merge); exact for ids frequent
+  enough to never be pruned, deterministic for a fixed order of merges, which prep keeps (piece,
+  block, run; see :mod:`ctr_volcano.data.prep.fanout`).
 
-Why a sample for the frequent ids: counting every id of a piece exactly is a sort, about 25 ns per
-value here, a third of prep's whole per-row cost; counting every 16th row is 1.6 ns. The frequencies
-of the ids that matter for drift (those above ~1%) are estimated within ~1/sqrt(rows/16).
+Why samples, and a fixed first cut: prep spends ~2.7 us a row on everything, 70 ns a value; counting
+every id of a piece exactly is a sort (~20 ns a value), finding the ``k`` smallest hashes of a whole
+column about as much, where counting every 16th row and keeping the rows under a fixed cut are ~2 ns.
+The frequencies of the ids that matter for drift (those above ~1%) are estimated within
+~1/sqrt(rows/16); the distinct count combines both samples (:meth:`IdSketch.distinct`).
 """
 from __future__ import annotations
 
@@ -30,8 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["BINS_PER_UNIT", "HISTOGRAM_BINS", "KMV_K", "TOP_STRIDE", "TOP_KEEP", "DenseSketch", "IdSketch",
-           "symlog_bins", "kmv_hash", "js_divergence"]
+__all__ = ["BINS_PER_UNIT", "HISTOGRAM_BINS", "KMV_K", "KMV_RATE", "TOP_STRIDE", "TOP_KEEP", "DenseSketch", "IdSketch",
+           "symlog_bins", "kmv_hash", "js_divergence", "sample_rows"]
 
 #: Fine bins per unit of ``symlog(x)``: quantiles within 3.2% of ``1 + |x|``.
 BINS_PER_UNIT = 32
@@ -39,10 +42,15 @@ BINS_PER_UNIT = 32
 HISTOGRAM_BINS = 8
 #: Ids of smallest hash kept per categorical column (distinct counts within ~1/sqrt(k - 2) = 6%).
 KMV_K = 256
+#: Only ids whose hash is below 1/KMV_RATE of the hash space are candidates for the hash sample.
+KMV_RATE = 32
 #: One row in this many is counted for the frequent ids.
 TOP_STRIDE = 16
 #: Candidate frequent ids kept per column at each merge.
 TOP_KEEP = 400
+#: Candidate frequent ids a piece (~16k rows, ~1k sampled) passes on: its own 100 most frequent (an
+#: id of 1% or more is never dropped; merging pieces costs a quarter of what 400 would).
+TOP_KEEP_PIECE = 100
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)         # odd: multiplying by it permutes the 64-bit ids
 _TWO64 = float(1 << 64)
@@ -218,6 +226,23 @@ class DenseSketch:
                    count=np.asarray(doc["bins"]["count"], dtype=np.int64))
 
 
+_OFFSETS = np.random.default_rng(0x5A3B1E).integers(0, TOP_STRIDE, 1 << 16)
+_POSITIONS: List[np.ndarray] = [np.zeros(0, np.int64)]
+
+
+def sample_rows(n: int) -> np.ndarray:
+    """The rows of a piece of ``n`` rows the frequent-id sample counts: one in each run of
+    :data:`TOP_STRIDE`, at a fixed pseudo-random offset (a plain stride would see only some values of
+    a column that repeats with a period sharing a factor with it)."""
+    runs = -(-n // TOP_STRIDE)
+    if _POSITIONS[0].size < runs:
+        size = max(runs, 2 * _POSITIONS[0].size)
+        j = np.arange(size, dtype=np.int64)
+        _POSITIONS[0] = j * TOP_STRIDE + _OFFSETS[j % _OFFSETS.size]
+    positions = _POSITIONS[0][:runs]
+    return positions[positions < n] if runs and positions[-1] >= n else positions
+
+
 def _top(ids: np.ndarray, counts: np.ndarray, keep: int) -> Tuple[np.ndarray, np.ndarray]:
     """Of ``ids`` sorted by id, the ``keep`` with the largest counts (ties: the smaller id), still
     sorted by id: a total order, so the same input always keeps the same ids."""
@@ -236,7 +261,7 @@ class IdSketch:
         missing: rows with the column's empty id.
         kmv_ids: the distinct ids of smallest :func:`kmv_hash` (all of them when there are fewer
             than ``KMV_K``), sorted by id.
-        kmv_counts: each of those ids' count among the sampled rows (0 for most of a long tail).
+        kmv_counts: each of those ids' rows.
         top_ids, top_counts: candidate frequent ids (sorted by id) and their counts among the sampled
             rows.
         sample_rows: the sampled rows that have a value (the frequencies' denominator).
@@ -258,22 +283,16 @@ class IdSketch:
         if missing is None:
             missing = int(np.count_nonzero(ids == empty))
         sketch = cls(rows=int(ids.shape[0]), missing=int(missing))
-        sample = ids[::TOP_STRIDE]
-        sample = sample[sample >= slots]
-        sketch.sample_rows = int(sample.size)
-        if not sample.size and sketch.rows == sketch.missing:
+        if sketch.rows == sketch.missing:
             return sketch
-        seen, seen_counts = np.unique(sample, return_counts=True)
-        seen_counts = seen_counts.astype(np.int64)
-        sketch.top_ids, sketch.top_counts = _top(seen, seen_counts, TOP_KEEP)
-        if sketch.rows > sketch.missing:
-            kmv = _kmv_of(ids, slots, seen_counts)
-            at = np.searchsorted(seen, kmv)
-            hit = at < seen.size
-            hit[hit] = seen[at[hit]] == kmv[hit]
-            sketch.kmv_ids = kmv
-            sketch.kmv_counts = np.where(hit, seen_counts[np.minimum(at, max(seen.size - 1, 0))], 0) \
-                if seen.size else np.zeros(kmv.size, np.int64)
+        sample = ids[sample_rows(ids.shape[0])]
+        sample = sample[sample >= slots]        # a copy: sorted in place below
+        sketch.sample_rows = int(sample.size)
+        sample.sort()
+        starts = np.flatnonzero(np.concatenate(([True], sample[1:] != sample[:-1]))) if sample.size else sample
+        seen, seen_counts = sample[starts], np.diff(np.append(starts, sample.size))
+        sketch.top_ids, sketch.top_counts = _top(seen, seen_counts, TOP_KEEP_PIECE)
+        sketch.kmv_ids, sketch.kmv_counts = _kmv_of(ids, slots)
         return sketch
 
     def merge(self, other: "IdSketch") -> "IdSketch":
@@ -300,17 +319,18 @@ class IdSketch:
 
     @property
     def kmv_threshold(self) -> float:
-        """The largest kept hash as a fraction of 2^64; 1.0 when fewer than ``k`` distinct ids were
-        seen (the KMV part then holds every id)."""
+        """The hash sample's reach as a fraction of the hash space: every id of the column whose hash
+        is below it is in ``kmv_ids``. 1/KMV_RATE until ``k`` ids are kept, then the largest kept."""
         if len(self.kmv_ids) < KMV_K:
-            return 1.0
+            return 1.0 / KMV_RATE
         return float(kmv_hash(self.kmv_ids).max()) / _TWO64
 
     def distinct(self) -> int:
-        """Distinct ids: exact below ``k``, else the KMV estimate ``(k - 1) / threshold``."""
-        if len(self.kmv_ids) < KMV_K:
-            return int(len(self.kmv_ids))
-        return int(round((KMV_K - 1) / self.kmv_threshold))
+        """Distinct ids, estimated: the frequent ids the row sample found, plus the ids it did not find,
+        counted in the hash sample and scaled by its reach (exact for a column whose ids all show in
+        the row sample; the KMV estimate, within ~6%, for a column of many)."""
+        unseen = np.count_nonzero(~np.isin(self.kmv_ids, self.top_ids))
+        return int(round(self.top_ids.size + unseen / self.kmv_threshold))
 
     def top(self, k: int) -> List[Tuple[int, float]]:
         """The ``k`` most frequent ids, most frequent first, with their share of the rows that have
@@ -334,32 +354,19 @@ class IdSketch:
                    top_ids=arr(doc["top"]["ids"]), top_counts=arr(doc["top"]["counts"]))
 
 
-def _kmv_of(ids: np.ndarray, slots: int, seen_counts: np.ndarray) -> np.ndarray:
-    """The ``KMV_K`` distinct ids >= ``slots`` of smallest hash in ``ids``; ``seen_counts``: the row
-    sample's count of each id it holds.
+_KMV_CUT = np.uint64((1 << 64) // KMV_RATE)
 
-    Sorting a whole column is the cost to avoid (~20 ns a value, where prep spends ~2.4 us a row on
-    everything): only the rows whose hash is below a cut are deduplicated (Arrow's hash-based unique,
-    ~3 ns a value), the cut starting where the sample's Chao1 estimate of the distinct ids puts 2k of
-    them and doubling until ``k`` are found; a column with fewer distinct ids than that, as most of a
-    day's, is deduplicated whole. The result is the same whichever cut it stops at."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
-    fraction = 1.0
-    if seen_counts.size >= KMV_K // 2:
-        singles, doubles = int(np.count_nonzero(seen_counts == 1)), int(np.count_nonzero(seen_counts == 2))
-        fraction = 2.0 * KMV_K / (seen_counts.size + singles * singles / (2.0 * max(doubles, 1)))
-    h = kmv_hash(ids) if fraction < 0.5 else None
-    while True:
-        chosen = ids if h is None or fraction >= 0.5 else ids[h < np.uint64(int(fraction * _TWO64))]
-        found = pc.unique(pa.array(chosen)).to_numpy()
-        found = found[found >= slots]
-        if found.size >= KMV_K or h is None or fraction >= 0.5:
-            if found.size > KMV_K:
-                found = found[np.argpartition(kmv_hash(found), KMV_K - 1)[:KMV_K]]
-            return np.sort(found)
-        fraction *= 2.0
+def _kmv_of(ids: np.ndarray, slots: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The hash sample of a piece: of its distinct ids >= ``slots`` whose hash is below the fixed cut,
+    the ``KMV_K`` of smallest hash, sorted by id, with their row counts. One pass (a multiply and a
+    compare) over the column and a sort of the ~1/KMV_RATE of its rows under the cut."""
+    chosen = ids[kmv_hash(ids) < _KMV_CUT]
+    found, counts = np.unique(chosen[chosen >= slots], return_counts=True)
+    if found.size > KMV_K:
+        keep = np.sort(np.argpartition(kmv_hash(found), KMV_K - 1)[:KMV_K])
+        found, counts = found[keep], counts[keep]
+    return found, counts.astype(np.int64)
 
 
 def js_divergence(p: Dict[int, int], q: Dict[int, int]) -> float:

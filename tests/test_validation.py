@@ -1,0 +1,226 @@
+"""Data validation (``ctr_volcano.validation``) on real prepped data: a drifting next day passes, and each
+of five broken days planted from it fails with the right finding; the rule's edges on hand-made
+profiles; the thresholds (spec section, run override); the verdict through the CLI, the gate and the
+registry."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from ctr_model.feature_spec import SpecError, criteo_spec, spec_from_dict
+from ctr_model.validation_spec import Level, Thresholds
+from ctr_volcano.app.cli.main import main as cli
+from ctr_volcano.data.bad_days import KINDS, parse_bad_day, plant
+from ctr_volcano.data.daily import generate_days
+from ctr_volcano.data.prep import PrepConfig, prep
+from ctr_volcano.data.profile import DataProfile, read_profile
+from ctr_volcano.data.profile.sketches import DenseSketch, IdSketch
+from ctr_volcano.errors import BadInput
+from ctr_volcano.retraining.gate import decide as gate_decide
+from ctr_volcano.validation import decide, refuse_failed, thresholds_for, validate_profiles
+from ctr_volcano.validation.checks import new_id_rate
+
+CONFIG = PrepConfig(shards=2, workers=1)
+#: Each planted bad day, and the one (feature, statistic) that must fail it.
+EXPECTED = {"empty-column": ("I5", "missing_rate_jump"), "rekey": ("C3", "new_id_rate"),
+            "unit-x1000": ("I6", "js_divergence"), "label-x2": ("(label)", "label_rate_shift"),
+            "rows-10pct": ("(rows)", "rows_drop")}
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory):
+    """Two drifting days of 20,000 rows (as the back-fill's), prepped, and the five bad days planted
+    from the second, prepped."""
+    root = tmp_path_factory.mktemp("validation")
+    generate_days(str(root / "raw"), days=2, rows=20_000, drift=0.1, seed=3, oracle_rows=2000)
+    out = {}
+    for name in ("2026-01-01", "2026-01-02"):
+        prep([str(root / "raw" / f"day={name}")], str(root / name), CONFIG)
+        out[name] = str(root / name)
+    for kind in KINDS:
+        plant(str(root / "raw" / "day=2026-01-02"), str(root / "planted" / kind), kind)
+        prep([str(root / "planted" / kind)], str(root / kind), CONFIG)
+        out[kind] = str(root / kind)
+    return out
+
+
+def test_the_next_day_passes(days):
+    result = validate_profiles(days["2026-01-02"], days["2026-01-01"], thresholds_for(None))
+    assert result["verdict"] == "pass", result["summary"]
+    assert not result["findings"]
+    stats = result["statistics"]
+    assert stats["(rows)"]["rows_drop"] == 0.0 and stats["I1"]["js_divergence"] < 0.01
+    assert stats["C3"]["new_id_rate"] < 0.2
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_each_planted_bad_day_fails_with_its_finding(days, kind):
+    result = validate_profiles(days[kind], days["2026-01-01"], thresholds_for(None))
+    fails = {(f["feature"], f["statistic"]) for f in result["findings"] if f["severity"] == "fail"}
+    assert result["verdict"] == "fail" and fails == {EXPECTED[kind]}, result["summary"]
+    first = result["findings"][0]
+    assert (first["feature"], first["statistic"]) == EXPECTED[kind]
+    # one line that names the feature, the statistic, its value and the threshold
+    with pytest.raises(BadInput) as err:
+        refuse_failed(result, "2026-01-02")
+    line = str(err.value)
+    assert "\n" not in line and EXPECTED[kind][0] in line and EXPECTED[kind][1] in line
+    assert f"> fail threshold {first['threshold']:g}" in line
+
+
+def test_the_planted_days_are_what_they_say(days):
+    day = read_profile(days["2026-01-02"])[0]
+    assert read_profile(days["empty-column"])[0].dense["I5"].n == 0
+    assert read_profile(days["rows-10pct"])[0].rows == day.rows // 10
+    assert read_profile(days["label-x2"])[0].label_rate == pytest.approx(2 * day.label_rate, rel=0.1)
+    assert read_profile(days["unit-x1000"])[0].dense["I6"].mean == pytest.approx(1000 * day.dense["I6"].mean)
+    assert read_profile(days["rekey"])[0].categorical["C3"].distinct() == pytest.approx(
+        day.categorical["C3"].distinct(), rel=0.2)
+    with pytest.raises(BadInput):
+        plant(days["2026-01-02"], "/nonexistent", "rekey", "I3")
+    assert parse_bad_day("2026-01-05:rekey:C7") == {"date": "2026-01-05", "kind": "rekey", "column": "C7"}
+    with pytest.raises(BadInput):
+        parse_bad_day("2026-01-05:nope")
+
+
+def test_thresholds_from_the_spec_and_the_run(days):
+    # the run's override turns the re-keyed column's check off; what is left is a warning
+    levels = thresholds_for(None, '{"features": {"C3": {"new_id_rate": "off", "linf_distance": 0.5}}}')
+    result = validate_profiles(days["rekey"], days["2026-01-01"], levels)
+    assert result["verdict"] == "pass", result["summary"]
+    # the spec's section, and the run's over it
+    spec = spec_from_dict({"format": "criteo", "validation": {"rows_drop": {"warn": 0.95, "fail": None}}})
+    lenient = validate_profiles(days["rows-10pct"], days["2026-01-01"], thresholds_for(spec))
+    assert lenient["verdict"] != "fail" and "rows_drop" not in {f["statistic"] for f in lenient["findings"]}
+    levels = thresholds_for(spec, {"rows_drop": 0.8})
+    assert levels.level("rows_drop") == Level(0.4, 0.8)
+    assert validate_profiles(days["rows-10pct"], days["2026-01-01"], levels)["verdict"] == "fail"
+    with pytest.raises(BadInput) as err:
+        thresholds_for(None, '{"js": 1, "features": {"I1": {"new_id_rate": 0.1}, "Z9": {}}}')
+    assert "js" in str(err.value) and "I1.new_id_rate" in str(err.value) and "Z9" in str(err.value)
+
+
+def test_the_spec_section_is_checked_with_the_rest_of_the_spec():
+    with pytest.raises(SpecError) as err:
+        spec_from_dict({"format": "csv", "header": True, "label": "y", "dense": [{"name": "x"}],
+                        "validation": {"js_divergence": {"warn": -1}, "features": {"x": {"linf_distance": 1}}}})
+    assert len(err.value.problems) == 2
+    spec = spec_from_dict({"format": "csv", "header": True, "label": "y", "dense": [{"name": "x"}],
+                           "validation": {"js_divergence": 0.6}})
+    assert spec_from_dict(spec.to_dict()) == spec and spec.to_dict()["validation"] == {"js_divergence": 0.6}
+    assert "validation" not in criteo_spec().to_dict()       # documents written before it stay the same
+
+
+def _ids(ids, rows=None):
+    ids = np.asarray(ids, dtype=np.int64)
+    return IdSketch.of(ids, 0, 26)
+
+
+def test_new_id_rate_estimates_the_share_of_rows():
+    rng = np.random.default_rng(5)
+    vocab = 26 + rng.choice(10_000_000, 200_000, replace=False)
+    ref_ids = vocab[rng.zipf(1.1, 300_000) % 100_000]
+    ref = _ids(ref_ids)
+    for share in (0.0, 0.3, 1.0):
+        n = 300_000
+        old = vocab[rng.zipf(1.1, n) % 100_000]
+        new = vocab[100_000 + rng.integers(0, 100_000, n)]
+        day_ids = np.where(rng.random(n) < share, new, old)
+        truth = float(np.mean(~np.isin(day_ids, ref_ids)))     # a long tail: some "old" ids are new too
+        assert new_id_rate(_ids(day_ids), ref) == pytest.approx(truth, abs=0.05), (share, truth)
+    small = _ids(np.repeat([30, 40, 50], 1000))
+    assert new_id_rate(_ids(np.repeat([30, 40, 60], 1000)), small) == pytest.approx(1 / 3, abs=0.05)
+
+
+def _profile(rows=1000, rate=0.25, **dense):
+    p = DataProfile(label="label", rows=rows, positives=int(rows * rate))
+    for name, x in dense.items():
+        p.dense[name] = DenseSketch.of(np.asarray(x, dtype=np.float64))
+    return p
+
+
+def test_decide_without_reference_and_on_schema_changes():
+    day = _profile(I1=np.arange(1000))
+    verdict = decide(day, None)
+    assert verdict.verdict == "pass" and not verdict.reference and "schema only" in verdict.summary()
+    ref = _profile(I1=np.arange(1000), I2=np.arange(1000))
+    result = decide(day, ref)
+    assert result.verdict == "fail" and result.findings[0].feature == "I2" and result.findings[0].statistic == "schema"
+    spec = {"dense": [{"name": "I1", "transform": "log1p"}]}
+    warned = decide(day, _profile(I1=np.arange(1000)), day_spec=spec,
+                    reference_spec={"dense": [{"name": "I1", "transform": "none"}]})
+    assert warned.verdict == "warn" and "transform" in warned.findings[0].value
+    assert decide(day, day).verdict == "pass"
+
+
+def test_levels():
+    th = Thresholds({"js_divergence": 0.4, "rows_drop": "off", "features": {"I1": {"js_divergence": {"warn": 0.1}}}})
+    assert th.level("js_divergence") == Level(0.2, 0.4)
+    assert th.level("rows_drop") == Level(None, None)
+    assert th.level("js_divergence", "I1") == Level(0.1, None) and th.level("js_divergence", "I2") == Level(0.2, 0.4)
+    assert Level(0.1, 0.3).severity(0.2) == "warn" and Level(0.1, 0.3).severity(0.31) == "fail"
+    assert Level(0.1, 0.3).severity(0.1) is None
+
+
+def test_the_gate_holds_a_warned_day_back_unless_allowed():
+    d = gate_decide(0.78, 0.77, 0.7, 0.002, data_verdict="warn", data_findings="I5: missing_rate_jump 0.1 > warn")
+    assert not d.publish and "data validation warned (I5: missing_rate_jump" in d.reason and "allow_warnings" in d.reason
+    assert gate_decide(0.78, 0.77, 0.7, 0.002, data_verdict="warn", allow_warnings=True).publish
+    assert gate_decide(0.78, 0.77, 0.7, 0.002, data_verdict="pass").publish
+    assert not gate_decide(0.6, 0.77, 0.7, 0.002, data_verdict="warn", allow_warnings=True).publish
+    with pytest.raises(BadInput):
+        gate_decide(0.78, 0.77, 0.7, 0.002, data_verdict="fail")
+
+
+def test_cli_validate(days, tmp_path, capsys):
+    assert cli(["validate", "--data", days["2026-01-02"], "--reference", days["2026-01-01"],
+                "--out", str(tmp_path / "v")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pass: 0 finding(s)")
+    doc = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert doc["verdict"] == "pass" and (tmp_path / "v" / "validation.html").read_text().startswith("<!doctype html>")
+    assert cli(["validate", "--data", days["unit-x1000"], "--reference", days["2026-01-01"]]) == 2
+    captured = capsys.readouterr()
+    assert "fail: I6: js_divergence" in captured.out
+    err = captured.err.strip()
+    assert err.count("\n") == 0 and err.startswith("ctr-volcano validate: error: --data=") and "I6: js_divergence" in err
+    # a warning exits 0, or 2 with --fail-on warn
+    argv = ["validate", "--data", days["rekey"], "--reference", days["2026-01-01"], "--thresholds",
+            '{"new_id_rate": "off"}']
+    assert cli(argv) == 0 and "warn: C3: linf_distance" in capsys.readouterr().out
+    assert cli(argv + ["--fail-on", "warn"]) == 2
+    assert cli(["validate", "--data", str(tmp_path / "nothing"), "--reference", days["2026-01-01"]]) == 2
+    assert "no profile.json there" in capsys.readouterr().err
+
+
+def test_a_model_carries_its_training_profile(days, tmp_path):
+    """What the training step does after export: the model keeps the profile, and a model is a reference."""
+    from ctr_volcano.data.profile import attach_to_model
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model_meta.json").write_text(json.dumps({"schema_version": 1}))
+    assert attach_to_model(os.path.join(days["2026-01-01"], "train"), str(model))
+    meta = json.loads((model / "model_meta.json").read_text())
+    assert meta["data_profile"]["file"] == "data_profile.json" and meta["data_profile"]["rows"] == 20_000
+    result = validate_profiles(days["label-x2"], str(model), thresholds_for(None))
+    assert result["verdict"] == "fail" and result["reference"]["path"].endswith("data_profile.json")
+    (model / "model_meta.json").write_text(json.dumps({"schema_version": 1}))
+    with pytest.raises(BadInput) as err:
+        validate_profiles(days["label-x2"], str(model), thresholds_for(None))
+    assert "carries no profile" in str(err.value)
+
+
+def test_the_registry_records_the_verdict(tmp_path):
+    from ctr_volcano.retraining.registry import ModelRegistry
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "model_meta.json").write_text("{}")
+    reg = ModelRegistry(str(tmp_path / "reg"), "ctr-dnn")
+    v = reg.register(str(model), "v1", metrics={}, validation={"verdict": "warn", "findings": ["I5: ..."]})
+    assert reg.get("v1").meta["validation"] == {"verdict": "warn", "findings": ["I5: ..."]} == v.meta["validation"]
+    assert reg.register(str(model), "v2", metrics={}).meta["validation"]["verdict"] == "skipped"
