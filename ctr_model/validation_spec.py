@@ -125,6 +125,9 @@ def _check_value(value: Any, where: str, problems: List[Tuple[str, Any, str]]) -
                 problems.append((f"{where}.{k}", v, "unknown key; use warn and fail"))
             elif v not in _OFF and not (is_real(v, 0.0, 1e9)):
                 problems.append((f"{where}.{k}", v, "use a number >= 0, or null"))
+        warn, fail = value.get("warn"), value.get("fail")
+        if is_real(warn, 0.0, 1e9) and is_real(fail, 0.0, 1e9) and warn > fail:   # type: ignore[operator]
+            problems.append((where, dict(value), "warn above fail: the warning could never show; set warn <= fail"))
         return
     if not is_real(value, 0.0, 1e9):
         problems.append((where, value, fix))

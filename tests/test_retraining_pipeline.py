@@ -78,6 +78,12 @@ def test_local_variant_differs_only_in_the_two_time_placeholders(tmp_path):
     (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p", "run_date=2026-01-01"],
      "params"),
     (["--registry", "r"], "--registry"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p",
+      'validation_thresholds={"js_divergense": 0.5}'], "validation_thresholds"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p",
+      'validation_thresholds={"features": {"I1": {"new_id_rate": 0.1}}}'], "I1.new_id_rate"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p",
+      "validation_baseline=no/such/profile"], "validation_baseline='no/such/profile'"),
 ])
 def test_backfill_refuses_bad_input_before_any_run(tmp_path, capsys, argv, field):
     assert cli.main(["run", "--workdir", str(tmp_path / "w")] + argv) == 2

@@ -224,3 +224,64 @@ def test_the_registry_records_the_verdict(tmp_path):
     v = reg.register(str(model), "v1", metrics={}, validation={"verdict": "warn", "findings": ["I5: ..."]})
     assert reg.get("v1").meta["validation"] == {"verdict": "warn", "findings": ["I5: ..."]} == v.meta["validation"]
     assert reg.register(str(model), "v2", metrics={}).meta["validation"]["verdict"] == "skipped"
+
+
+@pytest.mark.parametrize("params,field", [
+    (["validation_thresholds=[1, 2]"], "validation_thresholds"),
+    (["validation_thresholds={\"rows_drop\": {\"warn\": 0.6, \"fail\": 0.4}}"], "warn above fail"),
+    (["validate_data=true", "validation_baseline=no/such/dir"], "validation_baseline='no/such/dir'"),
+])
+def test_run_refuses_bad_validation_params_before_any_step(tmp_path, capsys, params, field):
+    """A threshold or baseline the validation step would refuse after prep, refused before kfp.local
+    starts: exit 2, one line naming it, no run directory."""
+    argv = ["run", "--workdir", str(tmp_path / "w")] + [a for p in params for a in ("-p", p)]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err, err
+    assert not (tmp_path / "w" / "runs").exists()
+
+
+def test_thirty_drifting_days_raise_no_alarm(tmp_path):
+    """The back-fill's case without the training: 30 gen-data days with day-to-day noise and drift, each
+    validated against the day before (the champion's training data when every day is promoted), with
+    the default thresholds: no finding at all, and the statistics' worst values below the warnings."""
+    generate_days(str(tmp_path / "raw"), days=30, rows=20_000, drift=0.1, seed=3, oracle_rows=2000)
+    dirs = sorted((tmp_path / "raw").iterdir())
+    worst: dict = {}
+    previous = None
+    for raw in dirs:
+        out = str(tmp_path / "prepped" / raw.name)
+        prep([str(raw)], out, CONFIG)
+        if previous:
+            result = validate_profiles(out, previous, thresholds_for(None))
+            assert result["verdict"] == "pass" and not result["findings"], (raw.name, result["summary"])
+            for stats in result["statistics"].values():
+                for key, value in stats.items():
+                    worst[key] = max(worst.get(key, 0.0), value)
+        previous = out
+    levels = thresholds_for(None)
+    assert set(worst) == {"rows_drop", "label_rate_shift", "missing_rate_jump", "js_divergence", "linf_distance",
+                          "new_id_rate"}
+    for key, value in worst.items():
+        assert value <= levels.level(key).warn, (key, value)
+
+
+def test_gen_data_plants_bad_days(tmp_path, capsys):
+    out = tmp_path / "days"
+    assert cli(["gen-data", "--rows", "3000", "--days", "3", "--out", str(out), "--oracle-rows", "1000",
+                "--bad-day", "2026-01-02:unit-x1000:I2", "--bad-day", "2026-01-03:rows-10pct"]) == 0
+    assert "2026-01-03: planted rows-10pct (300 of 3000 rows kept)" in capsys.readouterr().out
+    day3 = sorted((out / "day=2026-01-03").glob("part-*"))
+    assert len(day3[0].read_text().splitlines()) == 300 and (out / "day=2026-01-02" / "oracle.json").exists()
+    prepped = {}
+    for d in (1, 2):
+        prep([str(out / f"day=2026-01-0{d}")], str(tmp_path / f"p{d}"), CONFIG)
+        prepped[d] = read_profile(str(tmp_path / f"p{d}"))[0]
+    assert prepped[2].dense["I2"].mean > 100 * prepped[1].dense["I2"].mean      # planted x1000
+    for bad, field in ((["--bad-day", "2026-02-02:rekey"], "among the 3 days"),
+                       (["--bad-day", "2026-01-02:rekey:I3"], "C1..C26"),
+                       (["--bad-day", "2026-01-02:label-x2:C1"], "takes no column"),
+                       (["--bad-day", "Jan 2:rekey"], "ISO date")):
+        assert cli(["gen-data", "--rows", "10", "--days", "3", "--out", str(tmp_path / "no")] + bad) == 2
+        assert field in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()

@@ -112,11 +112,13 @@ def _run_day(reg: Any, work: Path, args: Dict[str, Any], verbose: bool, keep_goi
 def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping[str, Any]]
              ) -> Tuple[_dt.date, Dict[str, Any], Dict[str, Any]]:
     """The first run date, the pipeline's arguments and its parameters' defaults, every input checked
-    before any run: dates, counts, parameter names, the feature spec, the data template."""
+    before any run: dates, counts, parameter names, the feature spec, the validation thresholds and
+    baseline, the data template."""
     from ctr_volcano.app.catalogue import check_param_names
     from ctr_volcano.app.local_run import LOCAL_OVERRIDES
     from ctr_volcano.data.spec_input import read_feature_spec
     from ctr_volcano.retraining.window import resolve_window
+    from ctr_volcano.validation.validate import check_params
 
     try:
         first = _dt.date.fromisoformat(start_date)
@@ -134,6 +136,8 @@ def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping
         require("paddle", "backend", "local", "a back-fill trains with the local backend, a Paddle gang "
                                               "on this machine")
     read_feature_spec(args.get("feature_spec"))   # a typo fails now, not in day 1's prep step
+    check_params(args.get("feature_spec"), args.get("validation_thresholds"),   # not in day 1's validation
+                 args.get("validation_baseline", ""))
     window_days = int(args.get("window_days", 1))
     window = resolve_window(data_uri, run_date=first.isoformat(), window_days=window_days)  # bad template
     if days > 1 and window.sources == resolve_window(

@@ -16,7 +16,7 @@ import numpy as np
 from ctr_model.features import DENSE_COLUMNS, RAW_COLUMNS, SPARSE_COLUMNS
 from ctr_volcano.errors import BadInput
 
-__all__ = ["KINDS", "plant", "parse_bad_day"]
+__all__ = ["KINDS", "plant", "plant_in_place", "column_for", "parse_bad_day"]
 
 #: What each kind does, and the column it takes by default.
 KINDS: Dict[str, str] = {
@@ -51,12 +51,9 @@ def _field_editor(kind: str, column: str, rng: np.random.Generator, rate: float)
     return edit
 
 
-def plant(src_dir: str, out_dir: str, kind: str, column: str = "", seed: int = 0) -> Dict[str, object]:
-    """Write ``src_dir``'s Criteo TSV files (plain or gzip) into ``out_dir`` (plain, same names without
-    ``.gz``) with the bug ``kind`` planted; other files (``oracle.json``) are not copied.
-
-    Returns:
-        ``{"kind", "column", "rows_in", "rows_out"}``.
+def column_for(kind: str, column: str = "") -> str:
+    """The column ``kind`` is planted in (``column``, or the kind's default; ``""`` for a kind of
+    whole rows).
 
     Raises:
         BadInput: an unknown kind, or a column of the wrong kind for it.
@@ -67,6 +64,38 @@ def plant(src_dir: str, out_dir: str, kind: str, column: str = "", seed: int = 0
     wanted = {"rekey": SPARSE_COLUMNS, "unit-x1000": DENSE_COLUMNS, "empty-column": RAW_COLUMNS[1:]}.get(kind)
     if wanted is not None and column not in wanted:
         raise BadInput("bad_day", f"{kind}:{column}", f"{kind} takes a column of {wanted[0]}..{wanted[-1]}")
+    if wanted is None and column:
+        raise BadInput("bad_day", f"{kind}:{column}", f"{kind} takes no column")
+    return column
+
+
+def plant_in_place(day_dir: str, kind: str, column: str = "", seed: int = 0) -> Dict[str, object]:
+    """:func:`plant` into ``day_dir`` itself: its TSV files are replaced by the planted ones (written
+    plain); other files (``oracle.json``) stay."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=".planting-", dir=day_dir) as tmp:
+        result = plant(day_dir, tmp, kind, column, seed)
+        for name in os.listdir(day_dir):
+            if name.endswith((".tsv", ".tsv.gz", ".txt")):
+                os.remove(os.path.join(day_dir, name))
+        for name in os.listdir(tmp):
+            shutil.move(os.path.join(tmp, name), os.path.join(day_dir, name))
+    return result
+
+
+def plant(src_dir: str, out_dir: str, kind: str, column: str = "", seed: int = 0) -> Dict[str, object]:
+    """Write ``src_dir``'s Criteo TSV files (plain or gzip) into ``out_dir`` (plain, same names without
+    ``.gz``) with the bug ``kind`` planted; other files (``oracle.json``) are not copied.
+
+    Returns:
+        ``{"kind", "column", "rows_in", "rows_out"}``.
+
+    Raises:
+        BadInput: an unknown kind, or a column of the wrong kind for it.
+    """
+    column = column_for(kind, column)
     names = sorted(n for n in os.listdir(src_dir) if n.endswith((".tsv", ".tsv.gz", ".txt")))
     texts = {n: _lines(os.path.join(src_dir, n)) for n in names}
     labels = [line.split(b"\t", 1)[0] for lines in texts.values() for line in lines]
@@ -89,8 +118,18 @@ def parse_bad_day(text: str) -> Dict[str, str]:
     Raises:
         BadInput: not in that form, or an unknown kind.
     """
+    import datetime as dt
+
     parts = text.split(":")
     if len(parts) not in (2, 3) or parts[1] not in KINDS:
         raise BadInput("--bad-day", text, f"use DATE:KIND[:COLUMN] with KIND one of {', '.join(KINDS)}, "
                                           f"e.g. 2026-01-05:rekey:C3")
-    return {"date": parts[0], "kind": parts[1], "column": parts[2] if len(parts) == 3 else ""}
+    try:
+        dt.date.fromisoformat(parts[0])
+    except ValueError:
+        raise BadInput("--bad-day", text, "start with an ISO date, e.g. 2026-01-05:rekey:C3") from None
+    try:
+        column = column_for(parts[1], parts[2] if len(parts) == 3 else "")
+    except BadInput as exc:
+        raise BadInput("--bad-day", text, exc.fix) from None
+    return {"date": parts[0], "kind": parts[1], "column": column}

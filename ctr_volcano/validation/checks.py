@@ -12,7 +12,8 @@ The statistics (docs/validation.md has their defaults and how to tune them):
 * ``js_divergence``: Jensen-Shannon divergence (bits, 0..1) of a dense feature's histograms of
   ``sign(x) log1p(|x|)`` in bins of 1/4 (a unit change x1000 moves every non-zero value by 27 bins);
 * ``linf_distance``: the largest difference in frequency of an id among either side's 100 most
-  frequent ids (TFDV's L-infinity drift);
+  frequent ids (TFDV's L-infinity drift), less three standard errors of the row samples' noise
+  (:func:`linf_distance`);
 * ``new_id_rate``: the share of the day's rows (with a value) whose id the reference never saw (TFDV's
   ``min_domain_mass`` seen from the other side), estimated from both sides' sketches
   (:func:`new_id_rate`).
@@ -26,13 +27,17 @@ import numpy as np
 
 from ctr_model.validation_spec import Thresholds
 from ctr_volcano.data.profile import TOP_K, DataProfile
-from ctr_volcano.data.profile.sketches import DenseSketch, IdSketch, js_divergence, kmv_hash
+from ctr_volcano.data.profile.sketches import TOP_KEEP, DenseSketch, IdSketch, js_divergence, kmv_hash
 
 __all__ = ["Finding", "Verdict", "decide", "new_id_rate", "linf_distance", "label_rate_shift", "VERDICTS"]
 
 #: The verdicts, mildest first.
 VERDICTS = ("pass", "warn", "fail")
 _TWO64 = float(1 << 64)
+#: A frequent id the reference's row sample would have shown this many times is new if it is not there.
+SURE_COUNT = 10
+#: Standard errors of the row samples' noise taken off an L-infinity difference (:func:`linf_distance`).
+LINF_NOISE_Z = 3.0
 
 
 @dataclass(frozen=True)
@@ -97,48 +102,74 @@ def label_rate_shift(rate: float, reference: float) -> float:
     return max(rate / reference, reference / rate) - 1.0
 
 
-def linf_distance(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> Tuple[float, int]:
-    """The largest difference in frequency of an id among either side's ``k`` most frequent ids, and
-    that id. Frequencies are shares of the rows with a value, from the row samples; an id outside a
-    side's candidates counts as 0 there."""
+def linf_distance(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> Tuple[float, float, int]:
+    """The largest difference in frequency of an id among either side's ``k`` most frequent ids beyond
+    the sampling noise, the difference itself, and that id.
+
+    Frequencies are shares of the rows with a value, from the row samples (an id outside a side's
+    candidates counts as 0 there), so each difference carries the noise of two samples of
+    ``sample_rows`` rows: ``|p - q|`` less :data:`LINF_NOISE_Z` standard errors of it, at least 0, is
+    what is compared with the threshold. On a day of millions of rows that is TFDV's L-infinity
+    distance within a few thousandths; on a small column (a few hundred sampled values) it keeps the
+    row sample's noise from raising an alarm."""
     def freq(s: IdSketch) -> Dict[int, float]:
         if not s.sample_rows:
             return {}
         return {int(i): int(c) / s.sample_rows for i, c in zip(s.top_ids, s.top_counts)}
     p, q = freq(day), freq(ref)
-    ids = {i for i, _ in day.top(k)} | {i for i, _ in ref.top(k)}
+    ids = sorted({i for i, _ in day.top(k)} | {i for i, _ in ref.top(k)})
     if not ids:
-        return 0.0, -1
-    worst = max(sorted(ids), key=lambda i: abs(p.get(i, 0.0) - q.get(i, 0.0)))
-    return abs(p.get(worst, 0.0) - q.get(worst, 0.0)), worst
+        return 0.0, 0.0, -1
+
+    def beyond_noise(i: int) -> float:
+        a, b = p.get(i, 0.0), q.get(i, 0.0)
+        var = a * (1 - a) / max(day.sample_rows, 1) + b * (1 - b) / max(ref.sample_rows, 1)
+        return max(0.0, abs(a - b) - LINF_NOISE_Z * var ** 0.5)
+    worst = max(ids, key=lambda i: (beyond_noise(i), abs(p.get(i, 0.0) - q.get(i, 0.0))))
+    return beyond_noise(worst), abs(p.get(worst, 0.0) - q.get(worst, 0.0)), worst
+
+
+def _surely_absent(ref: IdSketch, ids: List[int], shares: List[float]) -> np.ndarray:
+    """Which of a day's frequent ids (not among the reference's known ids) the reference would hold if
+    it had them: under the reach of its hash sample, or frequent enough (had it their share) to show
+    :data:`SURE_COUNT` times in its row sample and above the counts its frequent-id summary pruned."""
+    reach = kmv_hash(np.asarray(ids, dtype=np.int64)).astype(np.float64) / _TWO64 <= ref.kmv_threshold
+    floor = float(ref.top_counts.min()) if ref.top_ids.size >= TOP_KEEP else 0.0
+    expected = np.asarray(shares) * ref.sample_rows
+    return reach | (expected >= max(float(SURE_COUNT), 2.0 * floor))
 
 
 def new_id_rate(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> float:
     """The share of the day's rows with a value whose id the reference never saw, estimated.
 
-    The day's ``k`` most frequent ids (their shares from the row sample) are looked up one by one:
-    known if the reference has them among its frequent or hash-sampled ids; an id absent from both
-    counts as new (a frequent id the reference did not have among its ~400 frequent ones). The rest of
-    the rows are estimated on the ids both hash samples cover (coordinated sampling): with the same
-    hash, every id of either side whose hash is below the smaller of the two samples' reaches is in
-    both samples if it occurs on both sides, so among the day's sampled ids below it (weighted by
-    their exact row counts), one missing from the reference's sample is new for sure.
+    The day's ``k`` most frequent ids (shares from its row sample) are looked up one by one: known if
+    the reference has them among its frequent or hash-sampled ids; new if not, and the reference would
+    hold them if it had them (:func:`_surely_absent`); otherwise undecided (an id the reference's row
+    sample may have missed). The rest of the rows, the undecided ones included, are estimated on the
+    ids both hash samples cover (coordinated sampling): with the same hash, every id of either side
+    whose hash is below the smaller of the two samples' reaches is in both samples if it occurs on both
+    sides, so among the day's sampled ids below it that were not decided (weighted by their exact row
+    counts), one missing from the reference's sample is new for sure.
     """
     if not day.sample_rows:
         return 0.0
     if not ref.n:
         return 1.0
     known_ref = set(ref.top_ids.tolist()) | set(ref.kmv_ids.tolist())
-    head = dict(day.top(k))
-    head_share = sum(head.values())
-    head_new = sum(f for i, f in head.items() if i not in known_ref)
+    head = day.top(k)
+    known = [i for i, _ in head if i in known_ref]
+    unknown = [(i, f) for i, f in head if i not in known_ref]
+    absent = _surely_absent(ref, [i for i, _ in unknown], [f for _, f in unknown]).tolist() if unknown else []
+    new = [(i, f) for (i, f), sure in zip(unknown, absent) if sure]
+    decided_share = sum(f for i, f in head if i in known_ref) + sum(f for _, f in new)
+    new_share = sum(f for _, f in new)
     cut = min(day.kmv_threshold, ref.kmv_threshold)
     below = kmv_hash(day.kmv_ids).astype(np.float64) / _TWO64 <= cut
-    tail = below & ~np.isin(day.kmv_ids, list(head)) & (day.kmv_counts > 0)
-    rows = float(day.kmv_counts[tail].sum())
-    new = float(day.kmv_counts[tail & ~np.isin(day.kmv_ids, ref.kmv_ids)].sum())
-    tail_rate = new / rows if rows else (head_new / head_share if head_share else 0.0)
-    return min(1.0, head_new + max(0.0, 1.0 - head_share) * tail_rate)
+    rest = below & ~np.isin(day.kmv_ids, known + [i for i, _ in new]) & (day.kmv_counts > 0)
+    rows = float(day.kmv_counts[rest].sum())
+    unseen = float(day.kmv_counts[rest & ~np.isin(day.kmv_ids, ref.kmv_ids)].sum())
+    rest_rate = unseen / rows if rows else (new_share / decided_share if decided_share else 0.0)
+    return min(1.0, new_share + max(0.0, 1.0 - decided_share) * rest_rate)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -203,8 +234,9 @@ def _id_checks(findings: List[Finding], thresholds: Thresholds, stats: Dict[str,
     m, m0 = day.missing / day.rows if day.rows else 0.0, ref.missing / ref.rows if ref.rows else 0.0
     _check(findings, thresholds, stats, name, "missing_rate_jump", abs(m - m0),
            f"missing rate {m:.4f}, reference {m0:.4f}", name)
-    distance, worst = linf_distance(day, ref)
-    _check(findings, thresholds, stats, name, "linf_distance", distance, f"id {worst}", name)
+    distance, raw, worst = linf_distance(day, ref)
+    _check(findings, thresholds, stats, name, "linf_distance", distance,
+           f"id {worst}: frequency {raw:.4f} apart, {day.sample_rows} and {ref.sample_rows} rows sampled", name)
     rate = new_id_rate(day, ref)
     _check(findings, thresholds, stats, name, "new_id_rate", rate,
            f"{day.distinct()} distinct ids, reference {ref.distinct()}", name)

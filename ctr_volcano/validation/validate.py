@@ -19,7 +19,7 @@ from ctr_volcano.validation.checks import decide
 from ctr_volcano.validation.report import render_html
 
 __all__ = ["VALIDATION_FILE", "REPORT_FILE", "thresholds_for", "validate_profiles", "judge", "refuse_failed",
-           "read_result", "reference_of", "validate_step", "write_outputs"]
+           "read_result", "reference_of", "validate_step", "write_outputs", "check_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,25 @@ def thresholds_for(spec: Any, override: Any = None) -> Thresholds:
     if problems:
         raise BadInput("validation_thresholds", extra, "; ".join(f"{k}={v!r}: {fix}" for k, v, fix in problems))
     return Thresholds(spec.validation or None, extra)
+
+
+def check_params(feature_spec: Any, thresholds: Any = None, baseline: Any = "") -> None:
+    """A run's validation parameters checked up front, before prep (``ctr-volcano run``, the back-fill):
+    the feature spec's ``validation:`` section, the run's ``validation_thresholds`` against the spec's
+    features, and that a ``validation_baseline`` holds a profile. What the validation step would refuse
+    after prep, refused in a second.
+
+    Raises:
+        BadInput: naming ``feature_spec``, ``validation_thresholds`` or ``validation_baseline``.
+    """
+    from ctr_volcano.data.spec_input import read_feature_spec
+
+    thresholds_for(read_feature_spec(feature_spec), thresholds)
+    if baseline:
+        try:
+            profile_path_of(str(baseline))
+        except BadInput as exc:
+            raise BadInput("validation_baseline", baseline, exc.fix) from None
 
 
 def judge(day: DataProfile, day_doc: Mapping[str, Any], reference: Optional[DataProfile],
