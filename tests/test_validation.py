@@ -285,3 +285,70 @@ def test_gen_data_plants_bad_days(tmp_path, capsys):
         assert cli(["gen-data", "--rows", "10", "--days", "3", "--out", str(tmp_path / "no")] + bad) == 2
         assert field in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def _log_rows(path, rows, sample=1.0, seed=0):
+    """What the model server does per request (:class:`RequestLog`): the raw columns as V2 BYTES inputs."""
+    from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS
+    from ctr_volcano.serving.request_log import RequestLog
+
+    log = RequestLog(str(path), sample, seed=seed)
+    written = 0
+    for start in range(0, len(rows), 500):
+        chunk = rows[start:start + 500]
+        columns = {c: ("BYTES", np.array([r[1 + j].encode() for r in chunk], dtype=object))
+                   for j, c in enumerate(DENSE_COLUMNS + SPARSE_COLUMNS)}
+        written += log.log(columns, np.full(len(chunk), 0.25))
+    return written
+
+
+@pytest.fixture(scope="module")
+def sample_prepped(sample_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sample-prepped")
+    prep([str(sample_dir)], str(out), CONFIG)
+    return str(out)
+
+
+def test_serving_log_of_the_training_traffic_passes_and_a_skewed_one_fails(sample_dir, sample_prepped, tmp_path,
+                                                                          capsys):
+    """Training/serving skew: requests that look like the training data pass against its profile
+    (through the real request log and the transforms prep uses); the same requests after a unit
+    change in I6 upstream of the server fail on I6, in one line, exit 2."""
+    from tests.serving_fixtures import raw_lines
+
+    rows = raw_lines(sample_dir, 20_000)
+    assert _log_rows(tmp_path / "sampled.jsonl", rows, sample=0.1) == pytest.approx(2000, rel=0.1)
+    log = tmp_path / "requests.jsonl"
+    assert _log_rows(log, rows) == 20_000
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["columns"]["C1"] == rows[0][14] and first["probability"] == 0.25 and first["model"] == "ctr"
+    assert cli(["validate", "--serving-log", str(log), "--reference", sample_prepped, "--out", str(tmp_path / "v")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pass: 0 finding(s)"), out
+    doc = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert doc["statistics"]["C1"]["new_id_rate"] < 0.05 and "(label)" not in doc["statistics"]
+    skewed = [r[:6] + [str(int(r[6]) * 1000) if r[6] else ""] + r[7:] for r in rows]
+    _log_rows(tmp_path / "skewed.jsonl", skewed)
+    assert cli(["validate", "--serving-log", str(tmp_path / "skewed.jsonl"), "--reference", sample_prepped]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "I6: js_divergence" in err
+
+
+def test_serving_log_refusals(tmp_path, sample_prepped, capsys):
+    from ctr_volcano.serving.request_log import RequestLog, check_log_args
+
+    (tmp_path / "bad.jsonl").write_text('{"columns": {"I1": "1"}}\nnot json\n')
+    for argv, phrase in ((["--serving-log", str(tmp_path / "bad.jsonl"), "--reference", sample_prepped], ":2"),
+                         (["--serving-log", str(tmp_path / "none.jsonl"), "--reference", sample_prepped], "cannot read"),
+                         (["--serving-log", str(tmp_path / "bad.jsonl")], "--reference")):
+        assert cli(["validate"] + argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and phrase in err, err
+    (tmp_path / "short.jsonl").write_text('{"columns": {"I1": "1"}, "probability": 0.5}\n')
+    assert cli(["validate", "--serving-log", str(tmp_path / "short.jsonl"), "--reference", sample_prepped]) == 2
+    assert "lack the model's column(s) I2" in capsys.readouterr().err
+    for rate in (0, 1.5, True):
+        with pytest.raises(BadInput, match="--log-sample"):
+            check_log_args(None, rate)
+    with pytest.raises(BadInput, match="--request-log"):
+        RequestLog(str(tmp_path / "no" / "dir" / "log.jsonl"))

@@ -20,6 +20,7 @@ from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 from ctr_model.onnx_export import ONNX_FILE, read_manifest
 from ctr_volcano.errors import BadInput
 from ctr_volcano.serving.raw import model_inputs
+from ctr_volcano.serving.request_log import RequestLog
 
 __all__ = ["CtrModel", "MODEL_NAME"]
 
@@ -39,9 +40,10 @@ def session(model_dir: str, threads: int = 1) -> "ort.InferenceSession":
 class CtrModel(kserve.Model):
     """The exported model served as ``ctr`` (inputs ``I1..I13``, ``C1..C26``; output ``probability``)."""
 
-    def __init__(self, model_dir: str, name: str = MODEL_NAME):
+    def __init__(self, model_dir: str, name: str = MODEL_NAME, request_log: Optional[RequestLog] = None):
         super().__init__(name)
         self.model_dir = model_dir
+        self.request_log = request_log
         self.hash_buckets = 0
         self._session: Optional[ort.InferenceSession] = None
 
@@ -70,6 +72,8 @@ class CtrModel(kserve.Model):
             raise InvalidInput(str(exc)) from None
         assert self._session is not None
         probs = self._session.run(["probability"], {"dense": dense, "ids": ids})[0]
+        if self.request_log is not None:
+            self.request_log.log(columns, probs)
         out = InferOutput(name="probability", shape=[len(probs)], datatype="FP64")
         out.set_data_from_numpy(np.asarray(probs, dtype=np.float64), binary_data=_wants_binary(payload))
         return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
