@@ -327,6 +327,10 @@ def test_serving_log_of_the_training_traffic_passes_and_a_skewed_one_fails(sampl
     assert out.startswith("pass: 0 finding(s)"), out
     doc = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert doc["statistics"]["C1"]["new_id_rate"] < 0.05 and "(label)" not in doc["statistics"]
+    assert doc["data"]["rows"] == 20_000 and doc["data"]["mean_probability"] == pytest.approx(0.25)
+    # a small log (1 row in 10: ~130 rows in its row sample) is no false alarm either
+    assert cli(["validate", "--serving-log", str(tmp_path / "sampled.jsonl"), "--reference", sample_prepped]) == 0
+    assert capsys.readouterr().out.startswith("pass: 0 finding(s)")
     skewed = [r[:6] + [str(int(r[6]) * 1000) if r[6] else ""] + r[7:] for r in rows]
     _log_rows(tmp_path / "skewed.jsonl", skewed)
     assert cli(["validate", "--serving-log", str(tmp_path / "skewed.jsonl"), "--reference", sample_prepped]) == 2

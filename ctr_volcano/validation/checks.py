@@ -34,7 +34,8 @@ __all__ = ["Finding", "Verdict", "decide", "new_id_rate", "linf_distance", "labe
 #: The verdicts, mildest first.
 VERDICTS = ("pass", "warn", "fail")
 _TWO64 = float(1 << 64)
-#: A frequent id the reference's row sample would have shown this many times is new if it is not there.
+#: A frequent id seen this many times in the day's row sample, and that the reference's would have shown as
+#: often, is new if the reference does not have it.
 SURE_COUNT = 10
 #: Standard errors of the row samples' noise taken off an L-infinity difference (:func:`linf_distance`).
 LINF_NOISE_Z = 3.0
@@ -129,14 +130,16 @@ def linf_distance(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> Tuple[float, 
     return beyond_noise(worst), abs(p.get(worst, 0.0) - q.get(worst, 0.0)), worst
 
 
-def _surely_absent(ref: IdSketch, ids: List[int], shares: List[float]) -> np.ndarray:
+def _surely_absent(day: IdSketch, ref: IdSketch, ids: List[int], shares: List[float]) -> np.ndarray:
     """Which of a day's frequent ids (not among the reference's known ids) the reference would hold if
-    it had them: under the reach of its hash sample, or frequent enough (had it their share) to show
-    :data:`SURE_COUNT` times in its row sample and above the counts its frequent-id summary pruned."""
+    it had them: under the reach of its hash sample; or seen :data:`SURE_COUNT` times in the day's row
+    sample and, had the reference their share, as often in its row sample and above the counts its
+    frequent-id summary pruned (an id seen once or twice in a small day's sample is no evidence)."""
     reach = kmv_hash(np.asarray(ids, dtype=np.int64)).astype(np.float64) / _TWO64 <= ref.kmv_threshold
     floor = float(ref.top_counts.min()) if ref.top_ids.size >= TOP_KEEP else 0.0
-    expected = np.asarray(shares) * ref.sample_rows
-    return reach | (expected >= max(float(SURE_COUNT), 2.0 * floor))
+    share = np.asarray(shares)
+    frequent = (share * day.sample_rows >= SURE_COUNT) & (share * ref.sample_rows >= max(float(SURE_COUNT), 2 * floor))
+    return reach | frequent
 
 
 def new_id_rate(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> float:
@@ -159,7 +162,7 @@ def new_id_rate(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> float:
     head = day.top(k)
     known = [i for i, _ in head if i in known_ref]
     unknown = [(i, f) for i, f in head if i not in known_ref]
-    absent = _surely_absent(ref, [i for i, _ in unknown], [f for _, f in unknown]).tolist() if unknown else []
+    absent = _surely_absent(day, ref, [i for i, _ in unknown], [f for _, f in unknown]).tolist() if unknown else []
     new = [(i, f) for (i, f), sure in zip(unknown, absent) if sure]
     decided_share = sum(f for i, f in head if i in known_ref) + sum(f for _, f in new)
     new_share = sum(f for _, f in new)

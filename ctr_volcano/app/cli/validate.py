@@ -76,6 +76,8 @@ def _validate(args: argparse.Namespace) -> int:
     levels = thresholds_for(_spec(args, day_doc), args.thresholds)
     result = judge(day, day_doc, ref, ref_doc, levels, day_path=day_path, serving=bool(args.serving_log),
                    reference_path=profile_path_of(args.reference) if args.reference else None)
+    if args.serving_log:
+        result["data"]["mean_probability"] = day_doc["source"].get("mean_probability")
     if args.out:
         write_outputs(result, args.out)
     if args.json:
