@@ -356,3 +356,34 @@ def test_serving_log_refusals(tmp_path, sample_prepped, capsys):
             check_log_args(None, rate)
     with pytest.raises(BadInput, match="--request-log"):
         RequestLog(str(tmp_path / "no" / "dir" / "log.jsonl"))
+
+
+def test_a_spec_s_days_are_validated_too(tmp_path):
+    """Data shaped like a public log, not like Criteo: named CSV columns, string user ids, a price written
+    as a float (``260.0``), a multi-valued history. Two normal days pass; a re-keyed user column and a
+    price in cents fail on their own feature."""
+    from ctr_model.feature_spec import spec_from_dict
+
+    spec = spec_from_dict({"format": "csv", "header": True, "label": "click",
+                           "dense": [{"name": "price"}],
+                           "categorical": [{"name": "user"}, {"name": "history", "multivalued": True,
+                                                                "separator": "|"}]})
+
+    def day(name, seed, user="u", scale=1.0):
+        rng = np.random.default_rng(seed)
+        users = rng.zipf(1.3, 20_000) % 3000
+        rows = ["click,user,price,history"] + [
+            f"{int(rng.random() < 0.2)},{user}{u},{round(rng.lognormal(4, 1)) * scale:.1f},"
+            f"i{rng.integers(50)}|i{rng.integers(50)}" for u in users]
+        (tmp_path / f"{name}.csv").write_text("\n".join(rows) + "\n")
+        prep([str(tmp_path / f"{name}.csv")], str(tmp_path / name), PrepConfig(shards=1), spec=spec)
+        return str(tmp_path / name)
+
+    base, normal = day("base", 1), day("normal", 2)
+    levels = thresholds_for(spec)
+    assert validate_profiles(normal, base, levels)["verdict"] == "pass"
+    for bad, expected in ((day("rekeyed", 3, user="user-"), ("user", "new_id_rate")),
+                          (day("cents", 4, scale=100.0), ("price", "js_divergence"))):
+        result = validate_profiles(bad, base, levels)
+        fails = {(f["feature"], f["statistic"]) for f in result["findings"] if f["severity"] == "fail"}
+        assert fails == {expected}, result["summary"]
