@@ -387,3 +387,24 @@ def test_a_spec_s_days_are_validated_too(tmp_path):
         result = validate_profiles(bad, base, levels)
         fails = {(f["feature"], f["statistic"]) for f in result["findings"] if f["severity"] == "fail"}
         assert fails == {expected}, result["summary"]
+
+
+def test_the_step_s_metrics_and_report(days):
+    """What validate_ctr_data logs as KFP Metrics and writes as its HTML artifact."""
+    import html
+
+    from ctr_volcano.validation.report import metric_scalars, render_html
+
+    result = validate_profiles(days["unit-x1000"], days["2026-01-01"], thresholds_for(None))
+    scalars = metric_scalars(result)
+    assert scalars["verdict"] == 2.0 and scalars["fail_findings"] == 1.0
+    assert scalars["max_js_divergence"] == result["statistics"]["I6"]["js_divergence"] > 0.3
+    assert set(scalars) >= {"max_rows_drop", "max_label_rate_shift", "max_missing_rate_jump", "max_linf_distance",
+                            "max_new_id_rate"}
+    page = render_html(result)
+    assert ">FAIL<" in page and html.escape(result["findings"][0]["line"]) in page
+    assert "color:#cf222e;font-weight:bold\">0.9" in page           # the failed cell, I6's js_divergence
+    passed = validate_profiles(days["2026-01-02"], days["2026-01-01"], thresholds_for(None))
+    assert metric_scalars(passed)["verdict"] == 0.0 and ">PASS<" in render_html(passed)
+    shifted = dict(result, statistics={"(label)": {"label_rate_shift": float("inf")}}, findings=[])
+    assert metric_scalars(shifted)["max_label_rate_shift"] == 1e9        # a label rate from 0: a finite metric
