@@ -19,7 +19,7 @@ from ctr_volcano.validation.checks import decide
 from ctr_volcano.validation.report import render_html
 
 __all__ = ["VALIDATION_FILE", "REPORT_FILE", "thresholds_for", "validate_profiles", "judge", "refuse_failed",
-           "read_result", "reference_of", "validate_step", "write_outputs", "check_params"]
+           "read_result", "reference_of", "validate_step", "write_outputs", "check_params", "check_submitted_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,31 @@ def check_params(feature_spec: Any, thresholds: Any = None, baseline: Any = "") 
             profile_path_of(str(baseline))
         except BadInput as exc:
             raise BadInput("validation_baseline", baseline, exc.fix) from None
+
+
+def check_submitted_params(params: Mapping[str, Any]) -> None:
+    """The part of :func:`check_params` a run submitted to a cluster can have checked here, before the
+    upload: ``validation_thresholds`` given as JSON, against the spec's features when the spec is JSON
+    or a file here too, else its statistics and levels alone (a spec or thresholds file on the claim,
+    and ``validation_baseline``, are read by the step).
+
+    Raises:
+        BadInput: naming ``validation_thresholds`` or ``feature_spec``.
+    """
+    from ctr_volcano.data.spec_input import read_feature_spec
+
+    text = str(params.get("validation_thresholds") or "").strip()
+    if not text.startswith("{"):
+        return
+    spec_value = str(params.get("feature_spec") or "").strip()
+    if not spec_value or spec_value.startswith("{") or os.path.isfile(spec_value):
+        thresholds_for(read_feature_spec(spec_value), text)
+        return
+    extra = _override(text)
+    section = {k: v for k, v in extra.items() if k != "features"} if isinstance(extra, Mapping) else extra
+    problems = check_section(section, [], [], where="validation_thresholds")
+    if problems:
+        raise BadInput("validation_thresholds", extra, "; ".join(f"{k}={v!r}: {fix}" for k, v, fix in problems))
 
 
 def judge(day: DataProfile, day_doc: Mapping[str, Any], reference: Optional[DataProfile],
