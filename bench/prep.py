@@ -6,6 +6,8 @@ Generates (once, cached in ``--workdir``) a single Criteo-format TSV of at least
 * (a) ours: :func:`ctr_volcano.data.prep.prep` on the whole file (default config: 8 + 2 shards) at each
   of ``--workers`` (default 1, 2 and the cores available, capped as prep caps its default); the
   ratios use the largest, which is what prep does by default;
+* (a0) ours without the data profile (``PrepConfig(profile=False)``) at the same worker counts,
+  interleaved with (a): what the profile costs (``--no-profile-runs`` skips it);
 * (b) the I/O floor: pyarrow reading the same file with the same column types and writing it to
   one Parquet file with no validation, transform, split or hashing, done two ways: (b1) pyarrow's
   streaming CSV reader, (b2) prep's 32 MiB block reader, multithreaded ``read_csv`` and overlapped
@@ -31,11 +33,13 @@ peak memory of the worst run of (a), whatever its worker count: the larger of th
 RSS and the peak, sampled every 50 ms, of the PSS summed over its whole process tree (the forked
 workers share pages with their parent, which a sum of RSS would count once per process).
 ``cpu_ratio_X`` is X's CPU seconds over ours (the child and its workers, least of the runs; steadier
-than wall time on a shared machine; above 1 means we use less); ``mb_s_wN`` is ours at N workers.
+than wall time on a shared machine; above 1 means we use less); ``mb_s_wN`` is ours at N workers;
+``profile_cost_wN`` is how much slower (wall, best of the runs) prep is at N workers with the profile
+than without (0.05: 5% slower), ``profile_cpu_cost`` the same in CPU seconds at the largest N.
 The exit code is 1 if a peer disagrees with ours.
 
 Usage: ``python bench/prep.py [--gb 1.0] [--spec-mb 300] [--workdir /tmp/ctr_bench] [--repeat 2]
-[--workers 1,2]`` (``--spec-mb 0`` skips (s))
+[--workers 1,2] [--no-profile-runs]`` (``--spec-mb 0`` skips (s))
 """
 from __future__ import annotations
 
@@ -99,7 +103,7 @@ OURS_CODE = r"""
 import sys, json, time
 from ctr_volcano.data.prep import PrepConfig, prep
 start = time.monotonic()
-stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(workers=int(sys.argv[3])))
+stats = prep([sys.argv[1]], sys.argv[2], PrepConfig(workers=int(sys.argv[3]), profile=sys.argv[4] == "1"))
 seconds = time.monotonic() - start
 counts = {k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_rejected")}
 print(json.dumps(counts), seconds, sep="\n")
@@ -272,6 +276,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", default="polars,duckdb", help="peers to run (default both)")
     ap.add_argument("--spec-mb", type=float, default=300.0,
                     help="size in MB of the feature-spec CSV for (s) (default 300; 0 skips it)")
+    ap.add_argument("--no-profile-runs", dest="profile_runs", action="store_false",
+                    help="skip (a0): ours without the data profile")
     ap.add_argument("--workers", default=None,
                     help="comma-separated worker counts to run ours at (default: 1, 2 and the "
                          "cores available); the ratios use the largest, prep's default")
@@ -301,22 +307,25 @@ def main(argv=None) -> int:
     peer_times = {p: [] for p in peers}
     cpu = {name: [] for name in ["ours", "floor"] + peers}  # CPU seconds of each child
     peer_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prep_peers.py")
+    bare_by_workers = {w: [] for w in worker_counts}
+    cpu["bare"] = []
     for i in range(args.repeat):
         out_dir = os.path.join(args.workdir, "ours")
         for workers in worker_counts:
-            shutil.rmtree(out_dir, ignore_errors=True)
-            _, out, peak = _run_rss(OURS_CODE, path, out_dir, str(workers))
-            counts_line, t = out.splitlines()
-            counts, t = json.loads(counts_line), float(t)
-            assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
-                counts["rows_rejected"]
-            ours_by_workers[workers].append(t)
-            if workers == worker_counts[-1]:
-                cpu["ours"].append(_run_rss.last_cpu)
-            rss.append(peak)
-            print(f"  run {i + 1}: ours w={workers:<2d} {size_mb / t:7.1f} MB/s ({t:.1f} s, "
-                  f"{_run_rss.last_cpu:.1f} CPU s, peak memory {peak:.0f} MB, {counts})",
-                  flush=True)
+            for profile in ("0", "1") if args.profile_runs else ("1",):   # the last run's output is checked
+                shutil.rmtree(out_dir, ignore_errors=True)
+                _, out, peak = _run_rss(OURS_CODE, path, out_dir, str(workers), profile)
+                counts_line, t = out.splitlines()
+                counts, t = json.loads(counts_line), float(t)
+                assert counts["rows_in"] == counts["rows_train"] + counts["rows_test"] + \
+                    counts["rows_rejected"]
+                (ours_by_workers if profile == "1" else bare_by_workers)[workers].append(t)
+                if workers == worker_counts[-1]:
+                    cpu["ours" if profile == "1" else "bare"].append(_run_rss.last_cpu)
+                rss.append(peak)
+                print(f"  run {i + 1}: ours w={workers:<2d}{'' if profile == '1' else ' no profile'} "
+                      f"{size_mb / t:7.1f} MB/s ({t:.1f} s, {_run_rss.last_cpu:.1f} CPU s, peak memory "
+                      f"{peak:.0f} MB, {counts})", flush=True)
         for name, code, times in (("floor b1", FLOOR_CODE, floor_stream),
                                   ("floor b2", FLOOR_BLOCKS_CODE, floor_blocks)):
             _, out, fpeak = _run_rss(code, path, os.path.join(args.workdir, "floor.parquet"))
@@ -368,8 +377,15 @@ def main(argv=None) -> int:
     cpu_ratios = "".join(f" cpu_ratio_{k}={min(cpu[k]) / min(cpu['ours']):.3f}"
                          for k in ["floor"] + peers)
     print(f"CPU seconds (least of {args.repeat}): "
-          + ", ".join(f"{k} {min(v):.2f}" for k, v in cpu.items()))
+          + ", ".join(f"{k} {min(v):.2f}" for k, v in cpu.items() if v))
+    if args.profile_runs:
+        print("(a0) without the profile: " + ", ".join(f"{w} workers {size_mb / min(ts):.1f} MB/s"
+                                                        for w, ts in bare_by_workers.items()))
     per_workers = "".join(f" mb_s_w{w}={size_mb / min(ts):.1f}" for w, ts in ours_by_workers.items())
+    if args.profile_runs:
+        per_workers += "".join(f" profile_cost_w{w}={min(ts) / min(bare_by_workers[w]) - 1:.3f}"
+                               for w, ts in ours_by_workers.items())
+        per_workers += f" profile_cpu_cost={min(cpu['ours']) / min(cpu['bare']) - 1:.3f}"
     spec = {"ok": True, "result": ""}
     if args.spec_mb > 0:
         spec = _spec_runs(args, os.path.dirname(peer_script))

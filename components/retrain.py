@@ -98,8 +98,10 @@ def champion_challenger_gate(
     test_data: Input[Dataset],
     metrics: Output[Metrics],
     report: Output[Markdown],
+    validation: Input[Metrics] = None,
     min_auc: float = 0.7,
     tolerance: float = 0.002,
+    allow_warnings: bool = False,
 ) -> bool:
     """Score the champion and the challenger on the same test split; publish only a model that is not worse.
 
@@ -109,8 +111,11 @@ def champion_challenger_gate(
         test_data: this run's test split (neither model trained on it).
         metrics: challenger_auc, champion_auc (-1 without a champion), publish (1/0) and the logloss of both.
         report: the verdict, its reason and both models' metrics.
+        validation: the day's data validation (validate_ctr_data's metrics); a warn verdict is not promoted
+            unless allow_warnings.
         min_auc: the AUC floor; also decides the first run.
         tolerance: how far below the champion's AUC the challenger may be and still be published.
+        allow_warnings: promote a challenger even if the day's data validation warned.
 
     Returns:
         True when the challenger should become the champion (register_model's promote).
@@ -125,9 +130,13 @@ def champion_challenger_gate(
 
     setup_logging()
     has_champion = bool(champion.metadata.get("found", True))
+    checked = None
+    if validation is not None and os.path.isfile(validation.path):
+        with open(validation.path) as fh:
+            checked = json.load(fh)
     with tempfile.TemporaryDirectory(prefix="ctr-gate-") as tmp:
         result = compare(challenger.path, champion.path if has_champion else None, test_data.path, tmp,
-                         min_auc=min_auc, tolerance=tolerance)
+                         min_auc=min_auc, tolerance=tolerance, validation=checked, allow_warnings=allow_warnings)
     d = result["decision"]
     champ = result["champion"] or {}
     scalars = {"challenger_auc": d["challenger_auc"],
@@ -163,7 +172,8 @@ def register_model(
     Args:
         model: the model trained by this run.
         champion: the champion it was compared with (and, unless warm_start=False, continued).
-        gate_metrics: the gate's metrics (both AUCs, the decision and its reason).
+        gate_metrics: the gate's metrics (both AUCs, the decision and its reason, the data validation's
+            verdict and findings).
         raw_data: the run's data window (its metadata is recorded).
         registry: the model registry (directory or s3:// prefix).
         model_name: the model's name in the registry.
@@ -187,7 +197,7 @@ def register_model(
                "test_rows": gate["challenger"]["rows"],
                "champion_version": champion.metadata.get("version") or None}
     reg.register(model.path, version, metrics=metrics, window=window, parent=parent,
-                 decision=gate["decision"])
+                 decision=gate["decision"], validation=gate.get("validation"))
     if promote:
         pointer = reg.promote(version)
         logging.info("register_model: %s is the champion of %s (was %s)", version, model_name,

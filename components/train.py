@@ -106,6 +106,10 @@ def train_ctr(
     # object-store mode hands the gang the artifact's URI, not this pod's local copy
     data = train_data.uri if params.backend == "volcano" and params.artifact_store == "s3" else train_data.path
     result = run_training_step(data, model.path, params, on_identity=record_identity, init_model=init)
+    if data != train_data.path:     # the model keeps its training data's profile (validation's reference)
+        from ctr_volcano.data.profile import attach_to_model
+
+        attach_to_model(train_data.path, model.path)
     numeric = {k: v for k, v in dict(result.metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     numeric["attempts"] = result.attempts

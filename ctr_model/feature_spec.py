@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ctr_model.checks import is_int, is_real
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_model.errors import BadInput
 from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
+from ctr_model.validation_spec import check_section
 
 __all__ = ["FORMATS", "DENSE_TRANSFORMS", "POOLINGS", "SpecError", "DenseFeature",
            "CategoricalFeature", "FeatureSpec", "criteo_spec", "spec_from_dict", "load_spec",
@@ -37,7 +38,7 @@ DEFAULT_EMBEDDING_DIM = 10
 DEFAULT_MAX_LENGTH = 16
 
 _TOP_KEYS = ("format", "header", "delimiter", "columns", "label", "dense", "categorical", "ignore",
-             "hash_buckets", "embedding_dim")
+             "hash_buckets", "embedding_dim", "validation")
 _DENSE_KEYS = ("name", "transform", "fill", "mean", "std")
 _CAT_KEYS = ("name", "hash_buckets", "embedding_dim", "multivalued", "separator", "pooling",
              "max_length")
@@ -117,6 +118,8 @@ class FeatureSpec:
         ignore: columns of the input that are neither label nor feature.
         hash_buckets: the default of each categorical feature's ``hash_buckets``.
         embedding_dim: the default of each categorical feature's ``embedding_dim``.
+        validation: thresholds of the data checks (:mod:`ctr_model.validation_spec`, docs/validation.md);
+            empty means the defaults.
     """
 
     format: str = "criteo"
@@ -129,6 +132,7 @@ class FeatureSpec:
     ignore: Tuple[str, ...] = ()
     hash_buckets: int = DEFAULT_HASH_BUCKETS
     embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    validation: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         problems = _check_spec(self)
@@ -151,6 +155,8 @@ class FeatureSpec:
         doc = asdict(self)
         for key in ("columns", "ignore"):
             doc[key] = list(doc[key])
+        if not doc["validation"]:
+            del doc["validation"]   # the documents written before the section existed stay the same
         doc["dense"] = [{k: v for k, v in d.items() if v is not None} for d in doc["dense"]]
         doc["categorical"] = list(doc["categorical"])
         return doc
@@ -229,11 +235,13 @@ def _criteo_from_dict(doc: Mapping[str, Any], problems: List[Tuple[str, Any, str
     spec = None
     try:
         spec = criteo_spec(buckets)
+        if doc.get("validation"):
+            spec = replace(spec, validation=doc["validation"])
     except SpecError as exc:
         problems.extend(exc.problems)
     preset = spec.to_dict() if spec is not None else {}
     for key in _TOP_KEYS:
-        if key in doc and key not in ("format", "hash_buckets") and doc[key] != preset.get(key):
+        if key in doc and key not in ("format", "hash_buckets", "validation") and doc[key] != preset.get(key):
             problems.append((key, doc[key], "format criteo is the fixed Criteo layout (label, "
                              "I1..I13, C1..C26); remove this key, or use format tsv with columns"))
     if problems or spec is None:
@@ -322,6 +330,8 @@ def _check_spec(spec: FeatureSpec) -> List[Tuple[str, Any, str]]:
     for i, c in enumerate(spec.categorical):
         _check_categorical(spec, c, f"categorical[{i}]", problems)
     _check_names(spec, problems)
+    problems.extend(check_section(spec.validation or None, [d.name for d in spec.dense],
+                                  [c.name for c in spec.categorical]))
     return problems
 
 

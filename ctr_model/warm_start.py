@@ -165,7 +165,7 @@ def _check_same_dims(init: WarmStart, old: Mapping[str, Any], new: Mapping[str, 
 def _without_stats(spec: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     if spec is None:
         return None
-    doc = dict(spec)
+    doc = {k: v for k, v in spec.items() if k != "validation"}    # thresholds do not shape the model
     doc["dense"] = [{k: v for k, v in d.items() if k not in ("mean", "std")} for d in spec.get("dense") or []]
     return doc
 

@@ -4,13 +4,16 @@ What a scheduled run does (``ctr-volcano submit --cron ...`` creates the schedul
 
 1. ``resolve_data_window`` turns the templated ``data_uri`` into the days this run reads, from the
    run's scheduled time (``run_date`` overrides it for back-fills) and copies them into one Dataset.
-2. ``prepare_ctr_data`` preps them (its stats record the window).
+2. ``prepare_ctr_data`` preps them (its stats record the window, its profile the data).
 3. ``find_champion`` fetches the registry's champion (or says there is none yet).
-4. ``train_ctr`` continues the champion on the new days (warm start: its pservers load the champion's
+4. ``validate_ctr_data`` compares the day's profile with the champion's training profile (or a pinned
+   baseline): ``fail`` stops the run here, before training, with the findings in its error.
+5. ``train_ctr`` continues the champion on the new days (warm start: its pservers load the champion's
    checkpoint), or trains from scratch on the first run.
-5. ``champion_challenger_gate`` scores champion and challenger on the same fresh test split.
-6. ``register_model`` stores the challenger as a new version (parent: the champion) and, only if the
-   gate passed it, moves the champion pointer to it.
+6. ``champion_challenger_gate`` scores champion and challenger on the same fresh test split; a day whose
+   validation warned is not promoted unless ``allow_warnings``.
+7. ``register_model`` stores the challenger as a new version (parent: the champion, with the gate's
+   decision and the validation's verdict) and, only if the gate passed it, moves the champion pointer.
 
 No ``dsl.If``: the gate's verdict is an argument of the registration step (see components/retrain.py).
 On a cluster the data, the registry and the training handoff live on one ReadWriteMany PVC mounted by
@@ -34,6 +37,7 @@ from components.data_prep import prepare_ctr_data
 from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
 from components.signature import pipeline_with_parameters
 from components.train import train_ctr
+from components.validate import validate_ctr_data
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_volcano.training.params import PVC_MOUNT_PATH, kfp_parameters
 from pipelines.legacy_kfp import without_task_config
@@ -88,6 +92,9 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         min_auc: float = 0.7,
         tolerance: float = 0.002,
         warm_start: bool = True,
+        validation_thresholds: str = "",
+        validation_baseline: str = "",
+        allow_warnings: bool = False,
         **step,
     ) -> NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics), ("gate_report", Markdown),
                                 ("model", Model)]):
@@ -110,6 +117,9 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             min_auc: the challenger is never published below this test AUC (it decides the first run).
             tolerance: the challenger is published if its AUC >= the champion's - tolerance on the same split.
             warm_start: continue the champion; False trains from scratch (needed once after changing the network shape or hash_buckets), still gated against the champion.
+            validation_thresholds: data validation thresholds for this run as JSON, over the feature spec's validation: section (docs/validation.md), e.g. {"js_divergence": 0.5}.
+            validation_baseline: validate the day against this profile (a profile.json, prep output or model on the PVC) instead of the champion's training data.
+            allow_warnings: promote a challenger even if the day's data validation warned (a failed validation always stops the run before training).
 
         Returns:
             published: whether the challenger became the champion; gate_metrics and gate_report: both
@@ -128,21 +138,27 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         prep.set_display_name("prepare data")
         champion = find_champion(registry=registry, model_name=model_name)
         champion.set_display_name("find champion")
+        validate = validate_ctr_data(
+            data=prep.outputs["train_data"], champion=champion.outputs["champion"], window=window.outputs["raw_data"],
+            feature_spec=feature_spec, validation_thresholds=validation_thresholds,
+            validation_baseline=validation_baseline)
+        validate.set_display_name("validate data")
         train = train_component(
             train_data=prep.outputs["train_data"], init_model=champion.outputs["champion"],
             pvc_mount_path=PVC_MOUNT_PATH, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, warm_start=warm_start, **step)
         train.set_display_name("train (warm start from the champion)")
+        train.after(validate)      # a failed validation stops the run before training
         gate = champion_challenger_gate(challenger=train.outputs["model"], champion=champion.outputs["champion"],
-                                        test_data=prep.outputs["test_data"], min_auc=min_auc,
-                                        tolerance=tolerance)
+                                        test_data=prep.outputs["test_data"], validation=validate.outputs["metrics"],
+                                        min_auc=min_auc, tolerance=tolerance, allow_warnings=allow_warnings)
         gate.set_display_name("champion/challenger gate")
         register = register_model(
             model=train.outputs["model"], champion=champion.outputs["champion"],
             gate_metrics=gate.outputs["metrics"], raw_data=window.outputs["raw_data"], registry=registry,
             model_name=model_name, version=dsl.PIPELINE_JOB_ID_PLACEHOLDER, promote=gate.outputs["Output"])
         register.set_display_name("register / promote")
-        for task in (window, prep, champion, train, register):   # ignored by kfp.local
+        for task in (window, prep, champion, validate, train, register):   # ignored by kfp.local
             kubernetes.mount_pvc(task, pvc_name=step["pvc_name"], mount_path=PVC_MOUNT_PATH)
         outputs = NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics),
                                          ("gate_report", Markdown), ("model", Model)])

@@ -30,6 +30,7 @@ from components.data_prep import prepare_ctr_data
 from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
 from components.signature import with_parameters
 from components.train import train_ctr
+from components.validate import validate_ctr_data
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_volcano.training.params import DEFAULT_PVC_NAME, PVC_MOUNT_PATH, kfp_parameters
 from ctr_volcano.training.store_access import KFP_ACCESS_KEY_KEY, KFP_ARTIFACT_SECRET, KFP_SECRET_KEY_KEY
@@ -65,6 +66,9 @@ def ctr_training_pipeline(
     prep_fanout: int = 0,
     threshold: float = 0.5,
     min_auc: float = 0.7,
+    validate_data: bool = False,
+    validation_baseline: str = "",
+    validation_thresholds: str = "",
     **step,
 ) -> NamedTuple("Outputs", [("auc", float), ("passed", bool), ("model", Model), ("metrics", Metrics),
                             ("report", HTML)]):
@@ -81,6 +85,9 @@ def ctr_training_pipeline(
         prep_fanout: 0 preps in one step; N > 0 fans prep out to N workers (Criteo TSV): N processes in the prep step, or in the legacy variant a Volcano Job of N prep pods on pvc_name. The output is the same for every value.
         threshold: probability at or above which an impression counts as a predicted click (confusion matrix).
         min_auc: quality gate: the model is published only if its test AUC is at least this.
+        validate_data: compare the data's profile with validation_baseline before training; a failed validation stops the run (docs/validation.md).
+        validation_baseline: with validate_data: the reference profile (a profile.json, a prep output or an exported model, as a path the step can read); empty checks the data alone.
+        validation_thresholds: with validate_data: thresholds as JSON over the feature spec's validation: section, e.g. {"js_divergence": 0.5}.
 
     Returns:
         auc: the test AUC; passed: whether the gate let the model through; model, metrics and report
@@ -102,6 +109,12 @@ def ctr_training_pipeline(
     prep.set_display_name("prepare data")
     if pvc_name is not None:    # the legacy variant's claim: the prep pods' when prep_fanout > 0
         kubernetes.mount_pvc(prep, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)
+    validate = validate_ctr_data(data=prep.outputs["train_data"], feature_spec=feature_spec,
+                                 validation_thresholds=validation_thresholds,
+                                 validation_baseline=validation_baseline, enabled=validate_data)
+    validate.set_display_name("validate data")
+    if pvc_name is not None:
+        kubernetes.mount_pvc(validate, pvc_name=pvc_name, mount_path=PVC_MOUNT_PATH)
     common = dict(train_data=prep.outputs["train_data"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                   task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, **step)
     if pvc_name is None:  # the KFP way: resources set on the task, hand-off through the run workspace
@@ -117,6 +130,7 @@ def ctr_training_pipeline(
     kubernetes.use_secret_as_env(train, secret_name=KFP_ARTIFACT_SECRET, secret_key_to_env={
         KFP_ACCESS_KEY_KEY: "AWS_ACCESS_KEY_ID", KFP_SECRET_KEY_KEY: "AWS_SECRET_ACCESS_KEY"})
     train.set_display_name("train (parameter server)")
+    train.after(validate)   # off by default (a no-op step); on, a failed validation stops the run here
     evaluation = evaluate_ctr(model=train.outputs["model"], test_data=prep.outputs["test_data"],
                               threshold=threshold)
     evaluation.set_display_name("evaluate")

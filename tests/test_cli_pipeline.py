@@ -38,6 +38,12 @@ def closed_port_host():
     (["-p", "registry=/x"], "not a parameter of the training pipeline"),  # a retraining parameter
     (["--legacy-kfp", "-p", "pvc_nam=x"], "--param"),
     (["-p", "pvc_name=x"], "only the training pipeline for KFP backends < 2.15 (--legacy-kfp)"),  # the default one has no claim
+    (["--pipeline", "retraining", "-p", 'validation_thresholds={"js_divergense": 0.5}'], "did you mean 'js_divergence'"),
+    (["-p", 'validation_thresholds={"features": {"I1": {"new_id_rate": 0.1}}}'], "I1.new_id_rate"),
+    # a spec on the claim (not here): the features cannot be checked, the statistics and levels can
+    (["--pipeline", "retraining", "-p", "feature_spec=/mnt/ctr/spec.yaml", "-p",
+      'validation_thresholds={"rows_drop": {"warn": 0.6, "fail": 0.4}, "features": {"x": {"js_divergence": 1}}}'],
+     "warn above fail"),
 ])
 def test_submit_bad_flags_fail_before_any_request(closed_port_host, capsys, argv, field):
     assert cli.main(["submit", "--host", closed_port_host] + argv) == 2
@@ -92,7 +98,7 @@ def test_every_pipeline_parameter_has_a_default_and_a_description(tmp_path):
     assert written == ["champion_challenger_gate.yaml", "check_auc_gate.yaml",
                        "ctr_retraining_pipeline.yaml", "ctr_training_pipeline.yaml", "evaluate_ctr.yaml",
                        "find_champion.yaml", "prepare_ctr_data.yaml", "publish_model.yaml",
-                       "register_model.yaml", "resolve_data_window.yaml", "train_ctr.yaml"]
+                       "register_model.yaml", "resolve_data_window.yaml", "train_ctr.yaml", "validate_ctr_data.yaml"]
     doc, platform = yaml.safe_load_all((tmp_path / "ctr_retraining_pipeline.yaml").read_text())
     params = pipeline_parameters("retraining")
     root = doc["root"]["inputDefinitions"]["parameters"]

@@ -19,8 +19,16 @@ def _tasks(doc):
 def test_wiring_window_champion_warm_start_gate_register():
     doc, platform = yaml.safe_load_all((REPO / "pipelines" / "ctr_retraining_pipeline.yaml").read_text())
     tasks = _tasks(doc)
-    assert set(tasks) == {"resolve-data-window", "prepare-ctr-data", "find-champion", "train-ctr",
-                          "champion-challenger-gate", "register-model"}
+    assert set(tasks) == {"resolve-data-window", "prepare-ctr-data", "find-champion", "validate-ctr-data",
+                          "train-ctr", "champion-challenger-gate", "register-model"}
+    # the day is validated against the champion, before training (which waits for it), and the gate
+    # reads the verdict
+    check = tasks["validate-ctr-data"]["inputs"]["artifacts"]
+    assert check["data"]["taskOutputArtifact"] == {"producerTask": "prepare-ctr-data", "outputArtifactKey": "train_data"}
+    assert check["champion"]["taskOutputArtifact"]["producerTask"] == "find-champion"
+    assert "validate-ctr-data" in tasks["train-ctr"]["dependentTasks"]
+    assert tasks["champion-challenger-gate"]["inputs"]["artifacts"]["validation"]["taskOutputArtifact"] == {
+        "producerTask": "validate-ctr-data", "outputArtifactKey": "metrics"}
     window = tasks["resolve-data-window"]["inputs"]["parameters"]
     assert window["schedule_time"]["runtimeValue"]["constant"] == "{{$.pipeline_job_schedule_time_utc}}"
     assert window["create_time"]["runtimeValue"]["constant"] == "{{$.pipeline_job_create_time_utc}}"
@@ -37,7 +45,7 @@ def test_wiring_window_champion_warm_start_gate_register():
     assert reg["version"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
     assert not any("triggerPolicy" in t for t in tasks.values())     # no dsl.If anywhere
     mounted = json.dumps(platform)
-    for executor in ("exec-resolve-data-window", "exec-find-champion", "exec-train-ctr",
+    for executor in ("exec-resolve-data-window", "exec-find-champion", "exec-validate-ctr-data", "exec-train-ctr",
                      "exec-register-model"):
         assert executor in mounted
 
@@ -70,6 +78,12 @@ def test_local_variant_differs_only_in_the_two_time_placeholders(tmp_path):
     (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p", "run_date=2026-01-01"],
      "params"),
     (["--registry", "r"], "--registry"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p",
+      'validation_thresholds={"js_divergense": 0.5}'], "validation_thresholds"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p",
+      'validation_thresholds={"features": {"I1": {"new_id_rate": 0.1}}}'], "I1.new_id_rate"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p",
+      "validation_baseline=no/such/profile"], "validation_baseline='no/such/profile'"),
 ])
 def test_backfill_refuses_bad_input_before_any_run(tmp_path, capsys, argv, field):
     assert cli.main(["run", "--workdir", str(tmp_path / "w")] + argv) == 2

@@ -75,3 +75,28 @@ def test_a_malformed_request_gets_a_400_naming_the_field(server, change, field):
         infer(server, body)
     assert 400 <= info.value.status < 500 and field in info.value.error, info.value
     assert "\n" not in info.value.error.strip()
+
+
+def test_the_request_log_holds_what_was_served_and_validates_against_the_model(trained_model, sample_dir,  # noqa: F811
+                                                                              tmp_path, capsys):
+    """``serve --request-log``: a real server logs the sampled raw rows with the probability it answered;
+    ``validate --serving-log`` compares them with the model's training profile (no skew here)."""
+    import json
+
+    from ctr_volcano.app.cli.main import main as cli
+
+    model = trained_model[1]
+    rows = raw_lines(sample_dir, 4000)
+    log = tmp_path / "requests.jsonl"
+    with model_server(sys.executable, model, tmp_path / "server.log",
+                      extra_args=["--request-log", str(log), "--log-sample", "0.5"]) as url:
+        served = np.concatenate([infer(url, rows_to_body(rows[i:i + 1000]))[0] for i in range(0, 4000, 1000)])
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert 1700 <= len(logged) <= 2300                          # half of the rows, sampled
+    by_row = {tuple(r[1:]): p for r, p in zip(rows, served.tolist())}
+    for record in logged[:200]:
+        key = tuple(record["columns"][c] for c in DENSE_COLUMNS + SPARSE_COLUMNS)
+        assert abs(by_row[key] - record["probability"]) <= 1e-9
+    assert json.loads((model / "model_meta.json").read_text())["data_profile"]["file"] == "data_profile.json"
+    assert cli(["validate", "--serving-log", str(log), "--reference", str(model)]) == 0
+    assert capsys.readouterr().out.startswith("pass: ")

@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 __all__ = ["model_server", "free_port"]
 
@@ -40,14 +40,16 @@ def _wait_ready(proc: "subprocess.Popen[bytes]", url: str, log: Path, timeout_s:
 
 
 @contextlib.contextmanager
-def model_server(python: str, model_dir: str, log: Path, timeout_s: float = 90.0) -> Iterator[str]:
+def model_server(python: str, model_dir: str, log: Path, timeout_s: float = 90.0,
+                 extra_args: Sequence[str] = ()) -> Iterator[str]:
     """Yield the base URL of a ready server (``python`` is the serving environment's interpreter;
-    this checkout goes first on its path); SIGTERM, then SIGKILL, on the way out."""
+    this checkout goes first on its path; ``extra_args``: more ``serve`` flags); SIGTERM, then SIGKILL,
+    on the way out."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(_REPO))
     with open(log, "wb") as out:
         proc = subprocess.Popen([python, "-m", "ctr_volcano.app.cli.main", "serve", "--model", str(model_dir),
-                                 "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 "--port", str(port), *extra_args], env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -26,7 +26,8 @@ _log = logging.getLogger(__name__)
 
 def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "workdir",
                  registry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None,
-                 on_day: Optional[Callable[[Dict[str, Any]], None]] = None, verbose: bool = False) -> Dict[str, Any]:
+                 on_day: Optional[Callable[[Dict[str, Any]], None]] = None, verbose: bool = False,
+                 keep_going: bool = False) -> Dict[str, Any]:
     """Run the retraining pipeline for ``days`` consecutive run dates starting at ``start_date``.
 
     Args:
@@ -38,20 +39,23 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         params: other pipeline arguments (over :data:`ctr_volcano.app.local_run.LOCAL_OVERRIDES`).
         on_day: called with each day's record as soon as the day is done.
         verbose: echo each run's output to stderr (it always goes to its ``run.log``).
+        keep_going: a day a step refused (a failed data validation, a bad file) is recorded with its
+            error (``refused_by``, ``error``) and the next day runs, as a schedule's next run would.
 
     Returns:
         The summary written to ``WORKDIR/backfill.json``: ``registry``, ``model_name``, ``champion``
         (the final champion's version) and ``days``: per day ``run_date``, ``version``,
         ``published``, ``challenger_auc``, ``champion_auc``, ``champion`` (the version it was
-        compared with), ``parent`` (the version it was warm-started from), ``reason``, ``seconds``.
+        compared with), ``parent`` (the version it was warm-started from), ``reason``, ``validation``
+        (the data validation's verdict and findings), ``seconds``; a refused day (``keep_going``)
+        has ``refused_by`` (the step) and ``error`` instead of the gate's figures.
 
     Raises:
         BadInput: bad dates, counts or parameters (before any run).
         BadInput, TransientError, LocalRunFailed: a day's run failed, as
             :func:`~ctr_volcano.app.local_run.run_in_kfp_local` reports it (the days before it stay
-            registered).
+            registered); with ``keep_going``, only what is not a refused input.
     """
-    from ctr_volcano.app.local_run import fresh_run_dir, run_in_kfp_local
     from ctr_volcano.retraining.registry import ModelRegistry
 
     first, args, known = _checked(data_uri, start_date, days, params)
@@ -64,22 +68,9 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     records: List[Dict[str, Any]] = []
     for k in range(days):
         run_date = (first + _dt.timedelta(days=k)).isoformat()
-        before = {v.version for v in reg.versions()}
         _log.info("back-fill %d/%d: run date %s", k + 1, days, run_date)
-        task, seconds = run_in_kfp_local(
-            "pipelines.ctr_retraining_pipeline:ctr_retraining_pipeline_local",
-            {**args, "data_uri": local_uri, "registry": registry, "run_date": run_date},
-            fresh_run_dir(work), verbose=verbose)
-        with open(task.outputs["gate_metrics"].path) as fh:
-            gate = json.load(fh)
-        new = [v for v in reg.versions() if v.version not in before]
-        record = {"run_date": run_date, "version": new[-1].version if new else None,
-                  "published": bool(task.outputs["published"]),
-                  "challenger_auc": gate["decision"]["challenger_auc"],
-                  "champion_auc": gate["decision"]["champion_auc"],
-                  "champion": gate.get("champion_version") or None,
-                  "parent": new[-1].meta.get("parent") if new else None,
-                  "reason": gate["decision"]["reason"], "seconds": round(seconds, 1)}
+        day_args = {**args, "data_uri": local_uri, "registry": registry, "run_date": run_date}
+        record = _run_day(reg, work, day_args, verbose, keep_going)
         records.append(record)
         if on_day:
             on_day(record)
@@ -91,14 +82,43 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     return summary
 
 
+def _run_day(reg: Any, work: Path, args: Dict[str, Any], verbose: bool, keep_going: bool) -> Dict[str, Any]:
+    """One run date through kfp.local: its record (see :func:`run_backfill`)."""
+    from ctr_volcano.app.local_run import fresh_run_dir, run_in_kfp_local
+    from ctr_volcano.app.run_log import StepBadInput
+
+    before = {v.version for v in reg.versions()}
+    try:
+        task, seconds = run_in_kfp_local("pipelines.ctr_retraining_pipeline:ctr_retraining_pipeline_local",
+                                         args, fresh_run_dir(work), verbose=verbose)
+    except StepBadInput as exc:
+        if not keep_going:
+            raise
+        return {"run_date": args["run_date"], "version": None, "published": False, "refused_by": exc.task,
+                "error": str(exc), "validation": {"verdict": "fail" if exc.task == "validate-ctr-data" else "-"}}
+    with open(task.outputs["gate_metrics"].path) as fh:
+        gate = json.load(fh)
+    new = [v for v in reg.versions() if v.version not in before]
+    return {"run_date": args["run_date"], "version": new[-1].version if new else None,
+            "published": bool(task.outputs["published"]),
+            "challenger_auc": gate["decision"]["challenger_auc"],
+            "champion_auc": gate["decision"]["champion_auc"],
+            "champion": gate.get("champion_version") or None,
+            "parent": new[-1].meta.get("parent") if new else None,
+            "reason": gate["decision"]["reason"], "validation": gate.get("validation") or {},
+            "seconds": round(seconds, 1)}
+
+
 def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping[str, Any]]
              ) -> Tuple[_dt.date, Dict[str, Any], Dict[str, Any]]:
     """The first run date, the pipeline's arguments and its parameters' defaults, every input checked
-    before any run: dates, counts, parameter names, the feature spec, the data template."""
+    before any run: dates, counts, parameter names, the feature spec, the validation thresholds and
+    baseline, the data template."""
     from ctr_volcano.app.catalogue import check_param_names
     from ctr_volcano.app.local_run import LOCAL_OVERRIDES
     from ctr_volcano.data.spec_input import read_feature_spec
     from ctr_volcano.retraining.window import resolve_window
+    from ctr_volcano.validation.validate import check_params
 
     try:
         first = _dt.date.fromisoformat(start_date)
@@ -116,6 +136,8 @@ def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping
         require("paddle", "backend", "local", "a back-fill trains with the local backend, a Paddle gang "
                                               "on this machine")
     read_feature_spec(args.get("feature_spec"))   # a typo fails now, not in day 1's prep step
+    check_params(args.get("feature_spec"), args.get("validation_thresholds"),   # not in day 1's validation
+                 args.get("validation_baseline", ""))
     window_days = int(args.get("window_days", 1))
     window = resolve_window(data_uri, run_date=first.isoformat(), window_days=window_days)  # bad template
     if days > 1 and window.sources == resolve_window(

@@ -271,10 +271,12 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
         ``run_dir``, ``data`` and the ``params`` used.
 
     Raises:
-        BadInput: missing or bad data, a bad feature spec or an unknown parameter (before any step
-            runs), or a step refused its input (its own line, naming the run's log).
+        BadInput: missing or bad data, a bad feature spec, validation threshold or baseline, or an
+            unknown parameter (before any step runs), or a step refused its input (its own line, naming the run's log).
         LocalRunFailed: a step failed otherwise (its error's first line, naming the run's log).
     """
+    from ctr_volcano.validation.validate import check_params
+
     data_path = Path(data) if data else default_sample_dir()
     if not data_path.exists():
         layout = "in the feature spec's layout" if (params or {}).get("feature_spec") else "of Criteo TSV"
@@ -287,6 +289,8 @@ def run_local(data: Optional[str] = None, workdir: str = "workdir",
         require("paddle", "backend", "local", "ctr-volcano run trains with the local backend, a Paddle "
                                               "gang on this machine")
     check_inputs(data_path, args.get("feature_spec", known["feature_spec"]))
+    check_params(args.get("feature_spec", known["feature_spec"]), args.get("validation_thresholds"),
+                 args.get("validation_baseline", ""))
     args["data_uri"] = str(data_path.resolve())
 
     work = Path(workdir).resolve()

@@ -187,8 +187,8 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
         "version_id", "version_name", "url"}``.
 
     Raises:
-        BadInput: a bad flag (before any request), no KFP API at ``host``, or a request the server
-            refused (the message names the step and quotes the server's reason).
+        BadInput: a bad flag or validation threshold (before any request), no KFP API at ``host``, or
+            a request the server refused (the message names the step and quotes the server's reason).
         TransientError: the server stopped answering in the middle of the submit.
     """
     from kfp import Client
@@ -202,6 +202,9 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
     if max_concurrency < 1:
         raise BadInput("--max-concurrency", max_concurrency, "allow at least 1 concurrent run")
     check_param_names(list(params or {}), pipeline, legacy, field="params")
+    from ctr_volcano.validation.validate import check_submitted_params
+
+    check_submitted_params(dict(params or {}))
     name = run_name or f"ctr-{pipeline}-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     if client is None:
         check_kfp_host(host)

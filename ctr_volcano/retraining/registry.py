@@ -173,7 +173,8 @@ class ModelRegistry:
 
     def register(self, model_dir: str, version: str, *, metrics: Mapping[str, Any],
                  window: Optional[Mapping[str, Any]] = None, parent: Optional[str] = None,
-                 decision: Optional[Mapping[str, Any]] = None) -> ModelVersion:
+                 decision: Optional[Mapping[str, Any]] = None,
+                 validation: Optional[Mapping[str, Any]] = None) -> ModelVersion:
         """Store a local model directory as ``version`` (idempotent for a retried step).
 
         Args:
@@ -183,6 +184,7 @@ class ModelRegistry:
             window: the data window it was trained on.
             parent: the version it was warm-started from.
             decision: the gate's decision (``publish``, ``reason``).
+            validation: the data validation's verdict and findings (``{"verdict", "findings"}``).
         """
 
         if not _NAME_RE.match(version or ""):
@@ -193,6 +195,7 @@ class ModelRegistry:
         self.fs.delete_dir_contents(vdir, missing_dir_ok=True)   # a half-written earlier attempt
         meta = {"version": version, "model_name": self.model_name, "metrics": dict(metrics),
                 "window": dict(window or {}), "parent": parent, "decision": dict(decision or {}),
+                "validation": dict(validation or {"verdict": "skipped", "findings": []}),
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")}
         # a full volume: nothing partial stays registered, and the champion is untouched
         with room_for("registry", self._uri(vdir), lambda: tree_bytes(model_dir),

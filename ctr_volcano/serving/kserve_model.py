@@ -27,6 +27,7 @@ from ctr_model.onnx_export import servable
 from ctr_model.onnx_inputs import OUTPUT, layout_of
 from ctr_volcano.errors import BadInput
 from ctr_volcano.serving.raw import model_inputs, raw_inputs, request_spec
+from ctr_volcano.serving.request_log import RequestLog
 
 __all__ = ["CtrModel", "MODEL_NAME", "session"]
 
@@ -66,10 +67,11 @@ class CtrModel(kserve.Model):
     """The exported model served as ``ctr``: one input per raw column of its feature spec (Criteo:
     ``I1..I13``, ``C1..C26``), output ``probability``."""
 
-    def __init__(self, model_dir: str, name: str = MODEL_NAME):
+    def __init__(self, model_dir: str, name: str = MODEL_NAME, request_log: Optional[RequestLog] = None):
         super().__init__(name)
         self.model_dir = model_dir
         self.spec: Optional[FeatureSpec] = None
+        self.request_log = request_log
         self._session: Optional[ort.InferenceSession] = None
 
     def load(self) -> bool:
@@ -90,6 +92,8 @@ class CtrModel(kserve.Model):
         except BadInput as exc:
             raise InvalidInput(str(exc)) from None
         probs = self._session.run([OUTPUT], feed)[0]
+        if self.request_log is not None:
+            self.request_log.log(columns, probs)
         out = InferOutput(name=OUTPUT, shape=[len(probs)], datatype="FP64")
         out.set_data_from_numpy(np.asarray(probs, dtype=np.float64), binary_data=_wants_binary(payload))
         return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,

@@ -16,23 +16,27 @@ __all__ = ["serve", "main"]
 _log = logging.getLogger(__name__)
 
 
-def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Load the model and serve V2 on ``host:port`` until SIGTERM/SIGINT."""
+def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, request_log: Optional[str] = None,
+          log_sample: float = 1.0) -> None:
+    """Load the model and serve V2 on ``host:port`` until SIGTERM/SIGINT; with ``request_log``, append a
+    ``log_sample`` share of the scored rows to it (:mod:`.request_log`)."""
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING
     from kserve.protocol.rest.server import RESTServer
 
     from ctr_volcano.serving.kserve_model import CtrModel
+    from ctr_volcano.serving.request_log import RequestLog
 
-    model = CtrModel(model_dir)
+    model = CtrModel(model_dir, request_log=RequestLog(request_log, log_sample) if request_log else None)
     model.load()
     server = ModelServer(http_port=port, enable_grpc=False, workers=1)
     server.register_model(model)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    _log.info("serving %s as model %r on http://%s:%d (V2: /v2/health/ready, /v2/models/%s/infer)",
-              model_dir, model.name, host, sock.getsockname()[1], model.name)
+    _log.info("serving %s as model %r on http://%s:%d (V2: /v2/health/ready, /v2/models/%s/infer)%s",
+              model_dir, model.name, host, sock.getsockname()[1], model.name,
+              f"; logging {log_sample:g} of the rows to {request_log}" if request_log else "")
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port)
     rest.run(sockets=[sock])
 
@@ -42,9 +46,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--model", required=True, metavar="DIR", help="model directory (model_meta.json, dense.npz, sparse.npz; model.onnx if exported)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    p.add_argument("--request-log", default=None, metavar="FILE", help="append a sample of the scored rows here")
+    p.add_argument("--log-sample", type=float, default=0.01, metavar="RATE", help="share of rows logged (default 0.01)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    serve(args.model, args.host, args.port)
+    serve(args.model, args.host, args.port, args.request_log, args.log_sample)
     return 0
 
 

@@ -369,3 +369,11 @@ def test_the_retraining_pipeline_runs_the_same_way(kfp_stack):
     assert str(run.state) == "SUCCEEDED", _failure_report(stack, res["id"])
     champion = json.loads((stack.claim_dir / "registry" / "ctr-dnn" / "champion.json").read_text())
     assert res["id"] in json.dumps(champion), champion
+    # the validation step ran on the backend, before training (no champion yet: the schema alone), and
+    # the registry entry records its verdict; the model carries its training data's profile
+    from ctr_volcano.retraining.registry import ModelRegistry
+
+    version = ModelRegistry(str(stack.claim_dir / "registry"), "ctr-dnn").get(res["id"])
+    assert version is not None and version.meta["validation"]["verdict"] == "pass", version
+    model_meta = json.loads((Path(version.model_uri) / "model_meta.json").read_text())
+    assert model_meta["data_profile"]["rows"] > 0, model_meta

@@ -54,6 +54,10 @@ def _register_gen_data(subparsers) -> None:
     g.add_argument("--feature-spec", default="", metavar="FILE",
                    help="write files in this feature spec's layout (csv/tsv/parquet, a planted "
                         "model over its features) instead of Criteo TSV (docs/features.md)")
+    g.add_argument("--bad-day", action="append", default=[], metavar="DATE:KIND[:COLUMN]",
+                   help="with --days: plant a broken day that data validation must catch (repeatable); KIND "
+                        "one of empty-column, rekey, unit-x1000, label-x2, rows-10pct, e.g. "
+                        "2026-01-05:unit-x1000:I6 (docs/validation.md)")
     g.set_defaults(func=_gen_data)
 
 
@@ -98,6 +102,11 @@ def _gen_data(args: argparse.Namespace) -> int:
 
     spec = read_feature_spec(args.feature_spec)
     if spec is not None and not spec.is_criteo:
+        if args.bad_day:
+            from ctr_volcano.errors import BadInput
+
+            raise BadInput("--bad-day", args.bad_day[0], "bad days are planted in Criteo TSV days; drop "
+                                                         "--feature-spec")
         return _gen_spec_data(args, spec)
 
     if args.days is not None:
@@ -108,13 +117,19 @@ def _gen_data(args: argparse.Namespace) -> int:
             raise BadInput("interactions", args.interactions,
                            "leave it at 0 with --days (the drifting daily model is linear)")
 
+        bad = _bad_days(args)
         for day in generate_days(args.out, days=args.days, rows=args.rows, drift=args.drift,
                                  seed=args.seed, start_date=args.start_date, files=args.files,
                                  gzip_level=args.gzip, oracle_rows=args.oracle_rows,
                                  vocab_scale=args.vocab_scale):
             print(f"{day['date']}: {args.rows} rows; oracle auc={day['auc']} "
                   f"(day-0 model: {day['day0_model_auc']}) positive_rate={day['positive_rate']}")
+        _plant_bad_days(args.out, bad, args.seed)
         return 0
+    if args.bad_day:
+        from ctr_volcano.errors import BadInput
+
+        raise BadInput("--bad-day", args.bad_day[0], "plant bad days among daily partitions: add --days N")
 
     oracle = generate(args.out, rows=args.rows, seed=args.seed, files=args.files,
                       gzip_level=args.gzip, oracle_rows=args.oracle_rows,
@@ -123,6 +138,36 @@ def _gen_data(args: argparse.Namespace) -> int:
           f"oracle auc={oracle['auc']} logloss={oracle['logloss']} "
           f"positive_rate={oracle['positive_rate']} (see {args.out}/oracle.json)")
     return 0
+
+
+def _bad_days(args: argparse.Namespace) -> list:
+    """The ``--bad-day`` flags, checked before anything is written: each a date among the days."""
+    import datetime as dt
+
+    from ctr_volcano.data.bad_days import parse_bad_day
+    from ctr_volcano.errors import BadInput
+
+    bad = [parse_bad_day(text) for text in args.bad_day]
+    try:
+        first = dt.date.fromisoformat(args.start_date)
+    except ValueError:
+        return bad      # generate_days names --start-date
+    dates = {(first + dt.timedelta(days=k)).isoformat() for k in range(max(args.days, 0))}
+    for text, b in zip(args.bad_day, bad):
+        if b["date"] not in dates:
+            raise BadInput("--bad-day", text, f"use a date among the {args.days} days from {args.start_date}")
+    return bad
+
+
+def _plant_bad_days(out: str, bad: list, seed: int) -> None:
+    import os
+
+    from ctr_volcano.data.bad_days import plant_in_place
+
+    for b in bad:
+        done = plant_in_place(os.path.join(out, f"day={b['date']}"), b["kind"], b["column"], seed=seed)
+        print(f"{b['date']}: planted {b['kind']}{':' + b['column'] if b['column'] else ''} "
+              f"({done['rows_out']} of {done['rows_in']} rows kept)")
 
 
 def _gen_spec_data(args: argparse.Namespace, spec) -> int:

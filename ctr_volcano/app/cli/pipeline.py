@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ctr_volcano.training.params import DEFAULT_PVC_NAME
 from ctr_volcano.training.task_config import MIN_KFP_BACKEND
@@ -57,6 +58,9 @@ def _register_run(subparsers) -> None:
                    help="with --days: the first run date")
     p.add_argument("--registry", metavar="DIR", default=None,
                    help="with --days: the model registry directory (default WORKDIR/registry)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="with --days: after a day a step refused (a failed data validation, a bad file), "
+                        "record it and run the next day, as a schedule would; exit 2 at the end if any was")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="echo the run's whole output (kfp's, every step's) here too; it always goes to "
                         "WORKDIR/runs/<run>/run.log")
@@ -112,7 +116,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.days is not None:
         return _backfill(args)
-    for flag, value in (("--start-date", args.start_date), ("--registry", args.registry)):
+    for flag, value in (("--start-date", args.start_date), ("--registry", args.registry),
+                        ("--keep-going", args.keep_going or None)):
         if value is not None:
             from ctr_volcano.errors import BadInput
 
@@ -140,16 +145,24 @@ def _backfill(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     def show(day: dict) -> None:
+        if day.get("refused_by"):
+            print(f"{day['run_date']}: REFUSED: {day['error']}", flush=True)
+            return
         champ = "-" if day["champion_auc"] is None else f"{day['champion_auc']:.4f}"
         print(f"{day['run_date']}: version {day['version']} "
               f"{'PUBLISHED' if day['published'] else 'refused'}: challenger AUC "
               f"{day['challenger_auc']:.4f}, champion AUC {champ} (warm start from "
-              f"{day['parent'] or 'nothing'})", flush=True)
+              f"{day['parent'] or 'nothing'}; data {day['validation'].get('verdict', '-')})", flush=True)
 
     summary = run_backfill(args.data, args.start_date, args.days, args.workdir, args.registry,
-                           parse_params(args.param, "retraining"), on_day=show, verbose=args.verbose)
+                           parse_params(args.param, "retraining"), on_day=show, verbose=args.verbose,
+                           keep_going=args.keep_going)
+    refused = [d["run_date"] for d in summary["days"] if d.get("refused_by")]
     print(f"champion {summary['champion']} in {summary['registry']}/{summary['model_name']}\n"
           f"summary {args.workdir.rstrip('/')}/backfill.json")
+    if refused:
+        print(f"refused days: {', '.join(refused)}", file=sys.stderr)
+        return 2
     return 0
 
 

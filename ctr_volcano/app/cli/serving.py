@@ -48,6 +48,11 @@ def register_serve(subparsers) -> None:
                                                                  "sparse.npz; model.onnx if exported)")
     p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: loopback only)")
+    p.add_argument("--request-log", metavar="FILE", default=None,
+                   help="append a sample of the scored rows (raw columns and probability, JSON Lines) to FILE, "
+                        "for ctr-volcano validate --serving-log (training/serving skew; docs/validation.md)")
+    p.add_argument("--log-sample", metavar="RATE", type=float, default=0.01,
+                   help="with --request-log: the share of rows logged (default 0.01)")
     p.set_defaults(func=_serve)
 
 
@@ -61,10 +66,12 @@ def _serve(args: argparse.Namespace) -> int:
         raise BadInput("serve", "kserve not installed",
                        "install the serve extra into this environment: pip install -e \".[serve]\" "
                        "in a checkout, or pip install \"ctr-volcano[serve]\"")
+    from ctr_volcano.serving.request_log import check_log_args
     from ctr_volcano.serving.server import serve
 
+    check_log_args(args.request_log, args.log_sample)
     try:
-        serve(args.model, args.host, args.port)
+        serve(args.model, args.host, args.port, args.request_log, args.log_sample)
     except ModelError as exc:
         raise BadInput("--model", args.model, str(exc)) from None
     return 0

@@ -41,6 +41,7 @@ from ctr_volcano.data.prep.inputs import Job, jobs, long_line_error, piece_bytes
 from ctr_volcano.data.prep.lanes import Lanes, Slots, available_cores, keep_freed_memory, use_slots
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
+from ctr_volcano.data.profile.profile import DataProfile
 from ctr_volcano.errors import BadInput
 
 __all__ = ["PrepConfig", "prep", "prep_splits", "check_inputs", "resolve_inputs", "StratifiedSplit",
@@ -48,8 +49,9 @@ __all__ = ["PrepConfig", "prep", "prep_splits", "check_inputs", "resolve_inputs"
 
 logger = logging.getLogger(__name__)
 
-#: One piece's result: ``(lines, rejects with piece-relative line indices, table or None, missing)``.
-_Result = Tuple[int, list, Any, Optional[np.ndarray]]
+#: One piece's result: ``(lines, rejects with piece-relative line indices, table or None, missing,
+#: profile or None)``.
+_Result = Tuple[int, list, Any, Optional[np.ndarray], Any]
 
 
 def prep(inputs: Sequence[str], out_dir: str, config: Optional[PrepConfig] = None,
@@ -184,7 +186,7 @@ class _Feeder:
                 return
             future, slot = None, None
             if job.kind == "piece":
-                future, slot = lanes.submit(self.slots, *job.work, self.config.hash_buckets)
+                future, slot = lanes.submit(self.slots, *job.work, self.config.hash_buckets, self.config.profile)
             self.window.append((job, future, slot))
 
     def _drain(self, pending_jobs: Any, lanes: Lanes, writer: ThreadPoolExecutor,
@@ -217,7 +219,7 @@ class _Feeder:
         if self.slots is None or slot is None:
             return result
         if isinstance(result[2], tuple):
-            return result[0], result[1], self.slots.take(*result[2][1:]), result[3]
+            return result[0], result[1], self.slots.take(*result[2][1:]), result[3], result[4]
         self.slots.free.append(slot)    # no good line, or the table did not fit: the slot was unused
         return result
 
@@ -227,13 +229,18 @@ class _Feeder:
         n_lines, tables = 0, []
         rejects: List[Tuple[Any, ...]] = []
         missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
-        for lines, piece_rejects, table, piece_missing in self.parts:
+        pieces = []
+        for lines, piece_rejects, table, piece_missing, piece in self.parts:
             rejects.extend((n_lines + i, *rest) for i, *rest in piece_rejects)
             if table is not None and piece_missing is not None:
                 tables.append(table)
                 missing += piece_missing
+            if piece is not None:
+                pieces.append(piece)
             n_lines += lines
         self.parts = []
+        if pieces:
+            self.acc.add_profile(DataProfile.merged(pieces))
         self.acc.add_rejects(path, self.file_lines + 1, rejects, n_lines)
         self.file_lines += n_lines
         self.acc.rows_in_before += n_lines

@@ -53,6 +53,7 @@ from ctr_volcano.data.prep.inputs import (
 from ctr_volcano.data.prep.lanes import _work
 from ctr_volcano.data.prep.split import StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
+from ctr_volcano.data.profile.profile import DataProfile
 from ctr_volcano.errors import BadInput
 
 __all__ = ["prep_fanout", "prep_fanout_splits", "plan_units", "parse_share", "merge", "write_share", "Runner",
@@ -141,15 +142,18 @@ def parse_share(work: str, index: int, count: int) -> None:
         path = plan["files"][unit["file"]]
         blocks = 0
         for pieces in _unit_blocks(path, unit, config.block_bytes):
-            lines, rejects, tables = 0, [], []  # type: Tuple[int, List[list], List[Any]]
+            lines, rejects, tables, profiles = 0, [], [], []  # type: Tuple[int, List[list], List[Any], List[Any]]
             missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
             for piece_path, lo, hi, text in pieces:
-                n, piece_rejects, table, piece_missing = _work(piece_path, lo, hi, text, config.hash_buckets)
+                n, piece_rejects, table, piece_missing, piece = _work(piece_path, lo, hi, text, config.hash_buckets,
+                                                                      config.profile)
                 rejects.extend([lines + i, category, detail, line[:4096].decode("latin-1")]
                                for i, category, detail, line in piece_rejects)
                 if table is not None and piece_missing is not None:
                     tables.append(table)
                     missing += piece_missing
+                if piece is not None:
+                    profiles.append(piece)
                 lines += n
             name = _block_name(u, blocks)
             rows = 0
@@ -159,8 +163,11 @@ def parse_share(work: str, index: int, count: int) -> None:
                 with pa.OSFile(os.path.join(work, name + ".arrow"), "wb") as sink, \
                         pa.ipc.new_file(sink, table.schema) as writer:
                     writer.write_table(table)
+            # the block's profile, merged from its pieces as the one-process prep merges them
+            profile = DataProfile.merged(profiles).to_state() if profiles else None
             write_json(os.path.join(work, name + ".json"),
-                       {"lines": lines, "rows": rows, "rejects": rejects, "missing": missing.tolist()})
+                       {"lines": lines, "rows": rows, "rejects": rejects, "missing": missing.tolist(),
+                        "profile": profile}, indent=0)
             blocks += 1
         write_json(os.path.join(work, f"u{u:06d}.done"), {"blocks": blocks})
     logger.info("fan-out parse: worker %d of %d done", index, count)
@@ -202,6 +209,8 @@ def merge(work: str) -> Accumulator:
                 acc.rows_in_before += meta["lines"]
                 if meta["rows"]:
                     placed.append(_place(work, name, splitter, acc, meta))
+                if meta.get("profile"):
+                    acc.add_profile(DataProfile.from_state(meta["profile"]))
         acc.inputs.append({"path": path, "lines": file_lines, "bytes": os.path.getsize(path)})
     if acc.rows_in == 0:
         raise BadInput("input", plan["files"], "no lines found: the input files are empty")

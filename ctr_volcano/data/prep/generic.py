@@ -32,6 +32,7 @@ from ctr_model.transforms import (
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
+from ctr_volcano.data.profile.profile import spec_piece
 from ctr_volcano.errors import BadInput
 
 __all__ = ["prep_spec", "file_columns", "check_files", "check_compression", "listed", "closest"]
@@ -380,6 +381,8 @@ def _prep_file(spec: FeatureSpec, path: str, acc: Accumulator, splitter: Stratif
             lines = _line_numbers(spec, records + rows, sorted(skipped))
             rejects += [(int(line), cat, detail, b"") for line, (_, cat, detail) in zip(lines, reasons)]
             out, missing = _transform(spec, table, keep, raw, label)
+            if acc.config.profile and out.num_rows:
+                acc.add_profile(spec_piece(spec, {d.name: raw[d.name][keep] for d in spec.dense}, out))
             records += table.num_rows
         acc.add_rejects(path, 0, sorted(rejects, key=lambda r: r[0]),
                         len(bad) + (table.num_rows if table is not None else 0))

@@ -14,17 +14,19 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ctr_volcano.data.prep.parse import parse_block, transform
+from ctr_volcano.data.profile.profile import criteo_piece
 
 __all__ = ["Lanes", "Slots", "available_cores", "keep_freed_memory", "use_slots"]
 
 
-def _work(path: str, start: int, end: int, text: Optional[bytes], hash_buckets: int,
-          slot: Optional[int] = None) -> Tuple[int, list, Any, Optional[np.ndarray]]:
-    """One piece, in a worker: read (plain files), parse, reject, transform.
+def _work(path: str, start: int, end: int, text: Optional[bytes], hash_buckets: int, profile: bool = True,
+          slot: Optional[int] = None) -> Tuple[int, list, Any, Optional[np.ndarray], Any]:
+    """One piece, in a worker: read (plain files), parse, reject, transform, profile.
 
-    Returns ``(lines, rejects with piece-relative line indices, output, missing)``; the output is
-    a table, ``None`` (no good line), or ``("slot", slot, size)`` when it was written into the
-    shared :class:`Slots` (a forked worker with a slot, and the table fits).
+    Returns ``(lines, rejects with piece-relative line indices, output, missing, profile)``; the
+    output is a table, ``None`` (no good line), or ``("slot", slot, size)`` when it was written into
+    the shared :class:`Slots` (a forked worker with a slot, and the table fits); the profile is the
+    piece's :class:`~ctr_volcano.data.profile.DataProfile` (``None`` without ``profile`` or rows).
     """
     if text is None:
         fd = os.open(path, os.O_RDONLY)
@@ -44,20 +46,22 @@ def _work(path: str, start: int, end: int, text: Optional[bytes], hash_buckets: 
     table, _, rejects = parse_block(text, n_lines)
     del text
     if table is None or not table.num_rows:
-        return n_lines, rejects, None, None
-    out, missing = transform(table, hash_buckets)
+        return n_lines, rejects, None, None, None
+    dense: Optional[list] = [] if profile else None
+    out, missing = transform(table, hash_buckets, dense)
+    piece = criteo_piece(out, missing, dense) if dense is not None else None
     if slot is not None and _SLOTS is not None:
         size = _SLOTS.put(slot, out)
         if size >= 0:
-            return n_lines, rejects, ("slot", slot, size), missing
-    return n_lines, rejects, out, missing
+            return n_lines, rejects, ("slot", slot, size), missing, piece
+    return n_lines, rejects, out, missing, piece
 
 
-def _work_on(args: Tuple[str, int, int, Optional[bytes], int], slot: Optional[int]
-             ) -> Tuple[int, list, Any, Optional[np.ndarray]]:
-    """:func:`_work` on a piece's ``(path, start, end, text, hash_buckets)``."""
-    path, start, end, text, hash_buckets = args
-    return _work(path, start, end, text, hash_buckets, slot)
+def _work_on(args: Tuple[str, int, int, Optional[bytes], int, bool], slot: Optional[int]
+             ) -> Tuple[int, list, Any, Optional[np.ndarray], Any]:
+    """:func:`_work` on a piece's ``(path, start, end, text, hash_buckets, profile)``."""
+    path, start, end, text, hash_buckets, profile = args
+    return _work(path, start, end, text, hash_buckets, profile, slot)
 
 
 class Slots:

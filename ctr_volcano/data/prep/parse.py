@@ -8,7 +8,7 @@ line is rejected with its reason and every good line is kept. :func:`transform` 
 from __future__ import annotations
 
 import re
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -178,10 +178,13 @@ def _check_labels(table, row_idx: np.ndarray, rejects, text_lines, text):
     return table, row_idx, sorted(rejects)
 
 
-def transform(table, hash_buckets: int) -> Tuple[Any, np.ndarray]:
+def transform(table, hash_buckets: int, dense_sketches: Optional[List[Any]] = None) -> Tuple[Any, np.ndarray]:
     """Raw-typed table -> output table (schema of ctr_model.features.arrow_schema()), and
-    per-column missing counts (13 dense + 26 categorical)."""
+    per-column missing counts (13 dense + 26 categorical). With ``dense_sketches`` (a list), the
+    dense columns' profile sketches are appended to it, from the arrays the transform computes."""
     import pyarrow as pa
+
+    from ctr_volcano.data.profile.sketches import DenseSketch
 
     missing = np.zeros(len(RAW_COLUMNS) - 1, dtype=np.int64)
     cols = [pa.array(table.column(0).to_numpy(zero_copy_only=False).astype(np.int8))]
@@ -191,9 +194,14 @@ def transform(table, hash_buckets: int) -> Tuple[Any, np.ndarray]:
         # int64, or float64 with NaN for the empty fields (pyarrow's int->double rounds as numpy's
         # astype does); fmax(x, 0) maps NaN and negatives to 0 in one pass, and max(x, 0) in
         # float64 is float64(max(x, 0)) exactly.
-        f = np.fmax(col.to_numpy(zero_copy_only=False), 0.0)
+        raw = col.to_numpy(zero_copy_only=False)
+        f = np.fmax(raw, 0.0)
+        sketch = None if dense_sketches is None else DenseSketch.of_integers(raw, f, col.null_count)
         np.log1p(f, out=f)
-        cols.append(pa.array(f.astype(np.float32)))
+        f32 = f.astype(np.float32)
+        if sketch is not None:
+            dense_sketches.append(sketch.add_bins(f32))   # type: ignore[union-attr]
+        cols.append(pa.array(f32))
     for c, name in enumerate(SPARSE_COLUMNS):
         ids = hash_categorical(table.column(1 + len(DENSE_COLUMNS) + c), c + 1, hash_buckets)
         missing[len(DENSE_COLUMNS) + c] = int(np.count_nonzero(ids == c))

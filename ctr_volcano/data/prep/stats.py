@@ -1,19 +1,22 @@
 """Prep's counts, rejects and per-column statistics over a whole run (``stats.json``)."""
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict
 from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
-from ctr_model.atomic import write_json
+from ctr_model.atomic import write_json, write_text
 from ctr_model.feature_spec import FeatureSpec, input_description
 from ctr_model.features import RAW_COLUMNS, SCHEMA_VERSION, write_split_schema
 from ctr_volcano.data.prep.config import PrepConfig
 from ctr_volcano.data.prep.parse import looks_like_header
+from ctr_volcano.data.profile.profile import PROFILE_FILE, DataProfile
 from ctr_volcano.errors import BadInput
 
-__all__ = ["Accumulator", "Shards"]
+__all__ = ["Accumulator", "Shards", "write_outputs", "write_profile"]
 
 
 class Shards(Protocol):
@@ -45,6 +48,11 @@ class Accumulator:
         self.by_reason: Dict[str, int] = {}
         self.examples: List[Dict[str, Any]] = []
         self.inputs: List[Dict[str, Any]] = []
+        self.profile = DataProfile()
+
+    def add_profile(self, part: DataProfile) -> None:
+        """Merge the next part (a block's, a batch's) of the data profile, in input order."""
+        self.profile = DataProfile.merged([self.profile, part])
 
     def add_rejects(self, path: str, first_line: int, rejects, n_lines: int) -> None:
         self.rows_in += n_lines
@@ -128,9 +136,21 @@ def write_outputs(acc: "Accumulator", train: Shards, test: Shards, seconds: floa
     acc.check_bad_fraction()
     stats = acc.stats(train, test, seconds)
     stats.update(extra)
+    if acc.config.profile:
+        write_profile(acc, train, spec_doc, stats_path)
     for shards, rows, positives in ((train, acc.rows_train, acc.pos_train), (test, acc.rows_test, acc.pos_test)):
         write_split_schema(shards.dir, id_space, rows, shards.files(), spec_doc,
                            positive_rate=positives / rows if rows else None)
     if stats_path:
         write_json(stats_path, stats)
     return stats
+
+
+def write_profile(acc: Accumulator, train: Shards, spec_doc: Dict[str, Any], stats_path: Optional[str]) -> None:
+    """``profile.json`` into the train split's directory (which carries it to training and into the
+    model) and beside ``stats.json``."""
+    source = {"rows_in": acc.rows_in, "rows_rejected": acc.rows_rejected,
+              "inputs": [i["path"] for i in acc.inputs]}
+    text = json.dumps(acc.profile.to_doc(spec_doc, source), separators=(",", ":")) + "\n"
+    for folder in [train.dir] + ([os.path.dirname(stats_path) or "."] if stats_path else []):
+        write_text(os.path.join(folder, PROFILE_FILE), text)
