@@ -4,7 +4,7 @@ The layers, highest first (docs/architecture.md says why each sits where it does
 
     app                                   the CLI, the kfp.local runner, compile, submit, back-fill
     pipelines > components                KFP's view: compiled, uploaded, run
-    retraining > evaluation > training > data     the capabilities
+    retraining > scoring > serving > evaluation > training > data     the capabilities
     util, errors, images, compat          helpers every capability uses
     ctr_model                             what runs in the trainer image
 
@@ -56,6 +56,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("ctr_volcano.training",),
     ("ctr_volcano.evaluation",),
     ("ctr_volcano.serving",),
+    ("ctr_volcano.scoring",),
     ("ctr_volcano.retraining",),
     ("components",),
     ("pipelines",),
