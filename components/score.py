@@ -25,6 +25,13 @@ def score_ctr(
     summary: Output[Metrics],
     keep_columns: str = "",
     fanout: int = 1,
+    pvc_name: str = "",
+    pvc_mount_path: str = "/mnt/ctr",
+    namespace: str = "",
+    image: str = "",
+    queue: str = "default",
+    cpu: str = "1",
+    memory: str = "2Gi",
 ):
     """Score raw candidate rows with a trained model: Parquet shards of probabilities, the chosen columns kept.
 
@@ -34,7 +41,14 @@ def score_ctr(
         scores: the output directory: part-*.parquet (the keep_columns, then probability, in input order), scores.json (rows in, scored, rejected by reason, the model's sha256 and spec, the inputs) and rejects.jsonl (file and line of each refused row).
         summary: rows_in, rows_scored, rows_rejected (and auc, logloss with a label).
         keep_columns: comma-separated input columns copied into the output beside probability, e.g. id.
-        fanout: worker processes in this step (0 or 1: one); the shards are the same for every value.
+        fanout: workers over the input's units (0 or 1: one): a Volcano Job of N scoring pods on the claim pvc_name when it is set, else N processes in this step. The shards are the same for every value.
+        pvc_name: with fanout: a ReadWriteMany PVC this step mounts at pvc_mount_path and the scoring pods mount too; the input is read there if it is on it, else copied there.
+        pvc_mount_path: where this step and the scoring pods mount pvc_name.
+        namespace: the scoring pods' namespace; empty means this step's.
+        image: the scoring pods' image; empty means the release's component image.
+        queue: the Volcano queue of the scoring pods.
+        cpu: CPU request and limit of each scoring pod.
+        memory: memory request and limit of each scoring pod.
     """
     import json
     import logging
@@ -44,8 +58,14 @@ def score_ctr(
 
     setup_logging()
     keep = tuple(c for c in keep_columns.split(",") if c.strip())
-    doc = score(ScoreArgs(model=model.path, inputs=(candidates.path,), out=scores.path, keep=keep,
-                          workers=max(1, fanout)))
+    args = ScoreArgs(model=model.path, inputs=(candidates.path,), out=scores.path, keep=keep, workers=max(1, fanout))
+    if fanout > 0 and pvc_name:
+        from ctr_volcano.scoring.volcano import score_step_pods
+
+        doc = score_step_pods(args, pvc_name=pvc_name, pvc_mount_path=pvc_mount_path, namespace=namespace,
+                              image=image, queue=queue, cpu=cpu, memory=memory)
+    else:
+        doc = score(args)
     for key in ("rows_in", "rows_scored", "rows_rejected"):
         summary.log_metric(key, doc[key])
     for key, value in doc.get("metrics", {}).items():

@@ -28,7 +28,7 @@ from ctr_model.metrics import auc, logloss
 from ctr_volcano.data.prep.inputs import resolve_inputs
 from ctr_volcano.errors import BadInput
 from ctr_volcano.scoring.reading import BLOCK_BYTES, block_lines, check_inputs, plan
-from ctr_volcano.scoring.unit import MODEL_FILE, PLAN_FILE, score_share, shard_name, side_name
+from ctr_volcano.scoring.unit import MODEL_FILE, PLAN_FILE, error_name, score_share, shard_name, side_name
 
 __all__ = ["ScoreArgs", "Runner", "LocalRunner", "ScoringFailed", "SCORES_FILE", "REJECTS_FILE", "WORK_DIR",
            "check_args", "score"]
@@ -68,15 +68,22 @@ class ScoreArgs:
 class Runner(Protocol):
     """Runs ``count`` workers over the plan in ``work``; returns when all have exited 0.
 
+    ``shared_dirs``: the workers run as another user (a pod's UID), so the output and work
+    directories are made world-writable.
+
     Raises:
         BadInput: a worker refused the input; ScoringFailed: a worker failed otherwise.
     """
+
+    shared_dirs: bool
 
     def run(self, work: str, count: int) -> None: ...
 
 
 class LocalRunner:
     """The workers as processes of this machine; one worker runs in this process."""
+
+    shared_dirs = False
 
     def run(self, work: str, count: int) -> None:
         if count == 1:
@@ -88,7 +95,7 @@ class LocalRunner:
         tails = [p.communicate()[1].decode("utf-8", "replace").strip().splitlines() for p in procs]
         for i, (proc, tail) in enumerate(zip(procs, tails)):
             if proc.returncode:
-                error = os.path.join(work, f"error-{i}.json")
+                error = os.path.join(work, error_name(i))
                 if os.path.exists(error):
                     with open(error, encoding="utf-8") as fh:
                         doc = json.load(fh)
@@ -131,13 +138,16 @@ def check_args(args: ScoreArgs) -> Tuple[FeatureSpec, Dict[str, Any], bytes, Lis
     return spec, manifest, graph, files, check_inputs(spec, files, keep)
 
 
-def _prepare(args: ScoreArgs, spec: FeatureSpec, graph: bytes, files: List[str], has_label: Dict[str, bool]
-             ) -> Tuple[str, List[Dict[str, Any]]]:
-    """The work directory with the plan and the graph; stale outputs of an earlier run removed."""
+def _prepare(args: ScoreArgs, spec: FeatureSpec, graph: bytes, files: List[str], has_label: Dict[str, bool],
+             shared: bool = False) -> Tuple[str, List[Dict[str, Any]]]:
+    """The work directory with the plan and the graph; stale outputs of an earlier run removed;
+    ``shared``: both directories world-writable (the workers are pods with their own UID)."""
     out = os.path.abspath(args.out)
     work = os.path.join(out, WORK_DIR)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    for d in (out, work) if shared else ():
+        os.chmod(d, 0o777)
     for stale in glob.glob(os.path.join(out, "part-*.parquet")) + [os.path.join(out, SCORES_FILE),
                                                                      os.path.join(out, REJECTS_FILE)]:
         if os.path.exists(stale):
@@ -205,8 +215,9 @@ def score(args: ScoreArgs, runner: Optional[Runner] = None) -> Dict[str, Any]:
     """
     started = time.monotonic()
     spec, manifest, graph, files, has_label = check_args(args)
-    work, units = _prepare(args, spec, graph, files, has_label)
-    (runner or LocalRunner()).run(work, min(args.workers, max(1, len(units))))
+    runner = runner or LocalRunner()
+    work, units = _prepare(args, spec, graph, files, has_label, shared=bool(getattr(runner, "shared_dirs", False)))
+    runner.run(work, min(args.workers, max(1, len(units))))
     doc = {"model": {"dir": os.path.abspath(args.model), "sha256": hashlib.sha256(graph).hexdigest(),
                      "family": manifest.get("model")},
            "feature_spec": spec.to_dict(), "inputs": files, "keep": list(_keep_names(args.keep)),

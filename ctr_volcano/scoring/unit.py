@@ -8,8 +8,9 @@ prep's (:mod:`ctr_model.transforms`, which the server imports too), the feed is
 gives the server, run by onnxruntime on one thread, so a unit's shard is the same bytes whichever
 worker writes it. Memory: one unit's bytes and one batch's columns.
 
-Also the worker's entrypoint: ``python -m ctr_volcano.scoring.unit --work DIR --index i --count N``
-scores the units ``u % N == i`` of the plan in ``DIR``.
+Also the worker's entrypoint: ``python -m ctr_volcano.scoring.unit [score] --work DIR --index i
+--count N`` scores the units ``u % N == i`` of the plan in ``DIR`` (a Volcano pod's index from
+``VC_TASK_INDEX``).
 """
 from __future__ import annotations
 
@@ -29,18 +30,26 @@ from ctr_volcano.data.prep.generic import _label, _np, _raw_dense, _transform
 from ctr_volcano.errors import BadInput
 from ctr_volcano.scoring.reading import feature_columns, line_numbers, unit_batches
 
-__all__ = ["PLAN_FILE", "MODEL_FILE", "shard_name", "side_name", "score_unit", "score_share", "main"]
+__all__ = ["PLAN_FILE", "MODEL_FILE", "PHASE", "shard_name", "side_name", "error_name", "score_unit",
+           "score_share", "main"]
 
 logger = logging.getLogger(__name__)
 
 PLAN_FILE = "plan.json"
 MODEL_FILE = "model.onnx"
 PROBABILITY = OUTPUT
+#: The workers' one phase (prep's fan-out has three), in their argv and their error files' names.
+PHASE = "score"
 
 
 def shard_name(unit: int) -> str:
     """The output shard of unit ``unit``."""
     return f"part-{unit:05d}.parquet"
+
+
+def error_name(index: int) -> str:
+    """Where worker ``index`` leaves the :class:`BadInput` it exited 2 with (prep's fan-out's name)."""
+    return f"error-{PHASE}-{index}.json"
 
 
 def side_name(unit: int) -> str:
@@ -183,17 +192,20 @@ def _read(work: str, name: str) -> Any:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The worker: exit 0, or 2 with its :class:`BadInput` in ``error-<index>.json`` for the parent."""
+    """The worker: exit 0, or 2 with its :class:`BadInput` in :func:`error_name` for the parent."""
     parser = argparse.ArgumentParser(prog="python -m ctr_volcano.scoring.unit")
+    parser.add_argument("phase", nargs="?", default=PHASE, choices=(PHASE,))
     parser.add_argument("--work", required=True)
-    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--index", type=int, default=None, help="default: $VC_TASK_INDEX (a Volcano pod's)")
     parser.add_argument("--count", type=int, required=True)
     args = parser.parse_args(argv)
+    if args.index is None:
+        args.index = int(os.environ.get("VC_TASK_INDEX", "0"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         score_share(args.work, args.index, args.count)
     except BadInput as exc:
-        write_json(os.path.join(args.work, f"error-{args.index}.json"),
+        write_json(os.path.join(args.work, error_name(args.index)),
                    {"field": exc.field, "value": exc.value, "fix": exc.fix})
         logger.error("%s", exc)
         return 2

@@ -80,6 +80,9 @@ class PrepPods:
     api_outage_s: float = 120.0
     cleanup_s: float = 15.0
     owner_references: Tuple[Mapping[str, Any], ...] = field(default=())
+    #: The pods' module (argv before the phase): prep's fan-out, or another fan-out over the same
+    #: units (batch scoring's, :mod:`ctr_volcano.scoring.volcano`).
+    entrypoint: Tuple[str, ...] = ENTRYPOINT
 
 
 def build_prep_job(pods: PrepPods, phase: str, work: str, count: int) -> Dict[str, Any]:
@@ -89,7 +92,7 @@ def build_prep_job(pods: PrepPods, phase: str, work: str, count: int) -> Dict[st
     resources = {"cpu": pods.cpu, "memory": pods.memory}
     container = {
         "name": "prep", "image": pods.image,
-        "command": [*ENTRYPOINT, phase, "--work", work, "--count", str(count)],
+        "command": [*pods.entrypoint, phase, "--work", work, "--count", str(count)],
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "resources": {"requests": resources, "limits": resources},
         "volumeMounts": [{"name": "data", "mountPath": pods.mount_path}],
