@@ -12,15 +12,13 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from ctr_model.feature_spec import FeatureSpec
 from ctr_volcano.data.prep.fanout import plan_units
 from ctr_volcano.data.prep.generic import _csv_options, _stream, check_compression, closest, file_columns, listed
 from ctr_volcano.errors import BadInput
 
 __all__ = ["BLOCK_BYTES", "BATCH_BYTES", "plan", "check_inputs", "feature_columns", "unit_batches",
-           "block_lines", "line_numbers"]
+           "block_lines"]
 
 #: The byte size of a plain file's unit (prep's default block): a worker holds one unit's bytes.
 BLOCK_BYTES = 32 << 20
@@ -124,20 +122,3 @@ def unit_batches(spec: FeatureSpec, path: str, unit: Dict[str, Any], columns: Se
             yield pa.Table.from_batches([batch]), rejects, header
     if bad:
         yield None, list(bad), header
-
-
-def line_numbers(rows: np.ndarray, skipped: List[int], header: bool, parquet: bool) -> np.ndarray:
-    """Physical line numbers (1-based, in the unit) of records ``rows`` (0-based, in the unit) given
-    the sorted line numbers of the rows the reader skipped so far; a Parquet row's number is its
-    index + 1."""
-    base = rows + 1 + (1 if header else 0)
-    if parquet:
-        return rows + 1
-    lines = base.copy()
-    sk = np.asarray(skipped, dtype=np.int64)
-    for _ in range(len(skipped) + 1):
-        new = base + np.searchsorted(sk, lines, side="right")
-        if np.array_equal(new, lines):
-            break
-        lines = new
-    return lines

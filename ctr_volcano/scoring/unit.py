@@ -1,8 +1,8 @@
 """One unit scored: its raw rows through prep's checks and transforms and the server's ONNX graph into
 one Parquet shard, its rejects and counts into a side file of the work directory.
 
-The checks are prep's (:mod:`ctr_volcano.data.prep.generic`: an empty line, a wrong field count, a
-dense value that is not a number, a label other than 0/1 when the file has one), the transforms are
+The checks are prep's (:mod:`ctr_volcano.data.prep.generic`'s ``_clean``: an empty line, a wrong
+field count, a dense value that is not a number, a label other than 0/1 when the file has one), the transforms are
 prep's (:mod:`ctr_model.transforms`, which the server imports too), the feed is
 :func:`ctr_model.onnx_inputs.feeds` and the graph the bytes :func:`ctr_model.onnx_export.servable`
 gives the server, run by onnxruntime on one thread, so a unit's shard is the same bytes whichever
@@ -19,16 +19,16 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
 from ctr_model.atomic import write_json
 from ctr_model.feature_spec import FeatureSpec, spec_from_dict
 from ctr_model.onnx_inputs import OUTPUT, feeds, layout_of
-from ctr_volcano.data.prep.generic import _label, _np, _raw_dense, _transform
+from ctr_volcano.data.prep.generic import _clean, _transform, record_lines
 from ctr_volcano.errors import BadInput
-from ctr_volcano.scoring.reading import feature_columns, line_numbers, unit_batches
+from ctr_volcano.scoring.reading import feature_columns, unit_batches
 
 __all__ = ["PLAN_FILE", "MODEL_FILE", "PHASE", "shard_name", "side_name", "error_name", "score_unit",
            "score_share", "main"]
@@ -66,38 +66,6 @@ def _session(path: str) -> Any:
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-def _checked(spec: FeatureSpec, table: Any, with_label: bool
-             ) -> Tuple[np.ndarray, list, Dict[str, np.ndarray], np.ndarray]:
-    """(keep mask, [(row, reason, detail)], raw dense columns, label) of one batch: prep's checks,
-    the label's only when the file has one."""
-    import pyarrow.compute as pc
-
-    n = table.num_rows
-    reasons: list = []
-    used = feature_columns(spec) + ([spec.label] if with_label else [])
-    all_null = np.ones(n, dtype=bool)
-    for name in used:
-        all_null &= _np(pc.is_null(table.column(name)))
-    reasons += [(int(i), "empty line", "empty line") for i in np.flatnonzero(all_null)]
-    keep = ~all_null
-    label = np.zeros(n, dtype=np.int8)
-    if with_label:
-        label, ok = _label(table.column(spec.label))
-        for i in np.flatnonzero(keep & ~ok):
-            value = table.column(spec.label)[int(i)].as_py()
-            reasons.append((int(i), "label not 0/1", f"label not 0/1: {str(value)[:40]!r}"))
-        keep &= ok
-    raw: Dict[str, np.ndarray] = {}
-    for d in spec.dense:
-        raw[d.name], ok = _raw_dense(d, table.column(d.name))
-        for i in np.flatnonzero(keep & ~ok):
-            value = table.column(d.name)[int(i)].as_py()
-            reasons.append((int(i), "non-number in dense column",
-                            f"non-number in dense column {d.name}: {str(value)[:40]!r}"))
-        keep &= ok
-    return keep, sorted(reasons), raw, label
-
-
 def _out_schema(spec: FeatureSpec, path: str, keep: Sequence[str]) -> Any:
     """The shard's schema: the kept columns (text from csv/tsv, as stored from Parquet), then
     ``probability`` float64."""
@@ -130,9 +98,10 @@ def _score_batch(spec: FeatureSpec, session: Any, table: Any, with_label: bool, 
     """The batch's scored rows as the shard's columns (None when none is left); rejects tallied."""
     import pyarrow as pa
 
-    keep, reasons, raw, label = _checked(spec, table, with_label)
+    keep, reasons, raw, label = _clean(spec, table, with_label)
+    reasons.sort()
     rows = np.array([r[0] for r in reasons], dtype=np.int64)
-    lines = line_numbers(tally.records + rows, sorted(tally.skipped), header, spec.format == "parquet")
+    lines = record_lines(tally.records + rows, sorted(tally.skipped), header, spec.format == "parquet")
     tally.rejects += [[int(line), reason, detail] for line, (_, reason, detail) in zip(lines, reasons)]
     tally.records += table.num_rows
     if not keep.any():

@@ -17,11 +17,10 @@ import shutil
 from typing import Any, Callable, Dict
 
 from ctr_model.space import copy_tree
-from ctr_volcano.errors import BadInput
 from ctr_volcano.scoring.run import ScoreArgs, score
 from ctr_volcano.scoring.unit import PHASE
-from ctr_volcano.training.volcano.handoff import RUNS_DIR, put_on_claim
-from ctr_volcano.training.volcano.prep_job import PrepPods, VolcanoRunner
+from ctr_volcano.training.volcano.handoff import put_on_claim
+from ctr_volcano.training.volcano.prep_job import PrepPods, VolcanoRunner, claim_root
 from ctr_volcano.util.outputs import room_for
 
 __all__ = ["SCORE_ENTRYPOINT", "VolcanoScoringRunner", "score_on_volcano", "score_step_pods"]
@@ -55,14 +54,7 @@ def score_on_volcano(args: ScoreArgs, pods: PrepPods, client: Any,
     Raises:
         BadInput: the claim is not mounted at ``pods.mount_path``, or a bad argument or input.
     """
-    if not os.path.isdir(pods.mount_path):
-        raise BadInput("pvc_mount_path", pods.mount_path,
-                       "mount the shared ReadWriteMany PVC in this step at this path "
-                       "(kfp.kubernetes.mount_pvc(task, pvc_name=..., mount_path=...))")
-    root = os.path.join(pods.mount_path, RUNS_DIR, pods.job_name)
-    os.makedirs(root, exist_ok=True)
-    for d in (os.path.dirname(root), root):
-        os.chmod(d, 0o777)
+    root = claim_root(pods)
     inputs = []
     for k, path in enumerate(args.inputs):
         on_claim, copied = put_on_claim(path, pods.mount_path, os.path.join(root, "inputs", str(k)))
