@@ -31,6 +31,12 @@ SERVE_REQUIRES = [
     "kserve==0.21.0",
 ]
 
+# Batch scoring (`ctr-volcano score`, the score_ctr component and its pods): the server's ONNX
+# runtime without the server; the component image installs it (dockerfiles/Dockerfile.component).
+SCORE_REQUIRES = [
+    "onnxruntime>=1.20",
+]
+
 # The training stack: the local backend and the trainer image (`pip install 'ctr-volcano[train]'`).
 # Of the paddlepaddle 3.x CPU wheels only 3.0.0 has the parameter-server core (3.1.0 lacks the
 # distributed lookup ops, 3.1.1-3.3.1 the whole PS core); it runs PS mode on numpy 2 with PIR off.
@@ -83,6 +89,7 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require={"train": TRAIN_REQUIRES,
                     "test": TRAIN_REQUIRES + TEST_REQUIRES + BENCH_REQUIRES + SERVE_REQUIRES,
-                    "bench": BENCH_REQUIRES, "serve": SERVE_REQUIRES},
+                    "bench": BENCH_REQUIRES, "serve": SERVE_REQUIRES,
+                    "score": SCORE_REQUIRES},
     entry_points={"console_scripts": ["ctr-volcano=ctr_volcano.app.cli.main:main"]},
 )

@@ -96,9 +96,10 @@ def test_every_pipeline_parameter_has_a_default_and_a_description(tmp_path):
     assert doc["pipelineInfo"]["description"].startswith("Train a click-through-rate model")
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == ["champion_challenger_gate.yaml", "check_auc_gate.yaml",
-                       "ctr_retraining_pipeline.yaml", "ctr_training_pipeline.yaml", "evaluate_ctr.yaml",
-                       "find_champion.yaml", "prepare_ctr_data.yaml", "publish_model.yaml",
-                       "register_model.yaml", "resolve_data_window.yaml", "train_ctr.yaml", "validate_ctr_data.yaml"]
+                       "ctr_retraining_pipeline.yaml", "ctr_scoring_pipeline.yaml", "ctr_training_pipeline.yaml",
+                       "evaluate_ctr.yaml", "find_champion.yaml", "prepare_ctr_data.yaml", "publish_model.yaml",
+                       "register_model.yaml", "resolve_data_window.yaml", "score_ctr.yaml", "train_ctr.yaml",
+                       "validate_ctr_data.yaml"]
     doc, platform = yaml.safe_load_all((tmp_path / "ctr_retraining_pipeline.yaml").read_text())
     params = pipeline_parameters("retraining")
     root = doc["root"]["inputDefinitions"]["parameters"]

@@ -4,7 +4,7 @@ The layers, highest first (docs/architecture.md says why each sits where it does
 
     app                                   the CLI, the kfp.local runner, compile, submit, back-fill
     pipelines > components                KFP's view: compiled, uploaded, run
-    retraining > validation > serving > evaluation > training > data     the capabilities
+    retraining > scoring > validation > serving > evaluation > training > data     the capabilities
     util, errors, images, compat          helpers every capability uses
     ctr_model                             what runs in the trainer image
 
@@ -57,6 +57,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("ctr_volcano.evaluation",),
     ("ctr_volcano.serving",),
     ("ctr_volcano.validation",),
+    ("ctr_volcano.scoring",),
     ("ctr_volcano.retraining",),
     ("components",),
     ("pipelines",),

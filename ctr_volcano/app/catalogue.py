@@ -33,6 +33,9 @@ PIPELINES: Dict[str, Tuple[str, str, str]] = {
     "retraining": ("pipelines.ctr_retraining_pipeline", "ctr_retraining_pipeline",
                    "CTR recurring retraining: data window by run date, warm start from the registry's "
                    "champion, champion/challenger gate, registry"),
+    "scoring": ("pipelines.ctr_scoring_pipeline", "ctr_scoring_pipeline",
+                "CTR batch scoring: raw candidates to Parquet shards of probabilities, ids kept, with a model "
+                "artifact or the registry's champion"),
 }
 
 

@@ -25,6 +25,7 @@ def compiled_files(legacy: bool = False) -> Dict[str, Any]:
     from components.data_prep import prepare_ctr_data
     from components.evaluate import check_auc_gate, evaluate_ctr, publish_model
     from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
+    from components.score import score_ctr
     from components.train import train_ctr
     from components.validate import validate_ctr_data
     from pipelines.legacy_kfp import without_task_config
@@ -32,7 +33,8 @@ def compiled_files(legacy: bool = False) -> Dict[str, Any]:
     train = without_task_config(train_ctr) if legacy else train_ctr
     out: Dict[str, Any] = {f"pipelines/{PIPELINES[p][1]}.yaml": pipeline_func(p, legacy) for p in PIPELINES}
     for comp in (prepare_ctr_data, train, evaluate_ctr, check_auc_gate, publish_model,
-                 resolve_data_window, find_champion, validate_ctr_data, champion_challenger_gate, register_model):
+                 resolve_data_window, find_champion, validate_ctr_data, champion_challenger_gate, register_model,
+                 score_ctr):
         out[f"components/{comp.python_func.__name__}.yaml"] = comp
     return out
 

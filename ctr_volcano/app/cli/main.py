@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "ctr_volcano.app.cli.evaluate",  # evaluate
     "ctr_volcano.app.cli.validate",  # validate
     "ctr_volcano.app.cli.serving",   # export, serve, render-inference-service
+    "ctr_volcano.app.cli.scoring",   # score
     "ctr_volcano.app.cli.pipeline",  # compile, run, submit
     "ctr_volcano.app.cli.cluster",   # minicluster helpers (build, up)
 )

@@ -35,7 +35,7 @@ from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.data.profile.profile import spec_piece
 from ctr_volcano.errors import BadInput
 
-__all__ = ["prep_spec", "file_columns", "check_files", "check_compression", "listed", "closest"]
+__all__ = ["prep_spec", "file_columns", "check_files", "check_compression", "listed", "closest", "record_lines"]
 
 logger = logging.getLogger(__name__)
 
@@ -224,8 +224,10 @@ def _batches(spec: FeatureSpec, path: str, columns: Optional[Sequence[str]] = No
         yield None, list(bad)
 
 
-def _clean(spec: FeatureSpec, table: Any) -> Tuple[np.ndarray, list, Dict[str, np.ndarray], np.ndarray]:
-    """(keep mask, [(row, category, detail)], raw dense columns, label) of one batch."""
+def _clean(spec: FeatureSpec, table: Any, with_label: bool = True
+           ) -> Tuple[np.ndarray, list, Dict[str, np.ndarray], np.ndarray]:
+    """(keep mask, [(row, category, detail)], raw dense columns, label) of one batch; without the
+    label (candidates to score) the label is all 0 and not checked."""
     import pyarrow.compute as pc
 
     n = table.num_rows
@@ -237,7 +239,7 @@ def _clean(spec: FeatureSpec, table: Any) -> Tuple[np.ndarray, list, Dict[str, n
     if len(spec.output_columns) > 1 and all_null.any():
         reasons += [(int(i), "empty line", "empty line") for i in np.flatnonzero(all_null)]
         keep &= ~all_null
-    label, ok = parse_label_column(table.column(spec.label))
+    label, ok = parse_label_column(table.column(spec.label)) if with_label else (np.zeros(n, dtype=np.int8), keep)
     for i in np.flatnonzero(keep & ~ok):
         value = table.column(spec.label)[int(i)].as_py()
         reasons.append((int(i), "label not 0/1", f"label not 0/1 (nor 0.0/1.0): {str(value)[:40]!r}"))
@@ -280,8 +282,15 @@ def _transform(spec: FeatureSpec, table: Any, keep: np.ndarray, raw: Dict[str, n
 def _line_numbers(spec: FeatureSpec, rows: np.ndarray, skipped: List[int]) -> np.ndarray:
     """Physical line numbers of parsed records ``rows`` (0-based, per file) given the sorted line
     numbers pyarrow skipped so far (a record is one line: quoted newlines are not counted)."""
-    base = rows + 1 + (1 if spec.header else 0)
-    if spec.format == "parquet":
+    return record_lines(rows, skipped, bool(spec.header), spec.format == "parquet")
+
+
+def record_lines(rows: np.ndarray, skipped: List[int], header: bool, parquet: bool) -> np.ndarray:
+    """Physical line numbers (1-based) of records ``rows`` (0-based) of a text read that began with
+    a header line when ``header``, given the sorted line numbers the reader skipped so far; a
+    Parquet row's number is its index + 1."""
+    base = rows + 1 + (1 if header else 0)
+    if parquet:
         return rows + 1
     lines = base.copy()
     sk = np.asarray(skipped, dtype=np.int64)

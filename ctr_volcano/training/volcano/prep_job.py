@@ -47,7 +47,7 @@ from ctr_volcano.training.volcano.handoff import RUNS_DIR, put_on_claim
 from ctr_volcano.training.volcano.manifest import LABEL_JOB, check_job
 from ctr_volcano.util.outputs import room_for
 
-__all__ = ["PrepPods", "build_prep_job", "VolcanoRunner", "prep_on_volcano", "prep_step_pods"]
+__all__ = ["PrepPods", "build_prep_job", "VolcanoRunner", "claim_root", "prep_on_volcano", "prep_step_pods"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ class PrepPods:
     api_outage_s: float = 120.0
     cleanup_s: float = 15.0
     owner_references: Tuple[Mapping[str, Any], ...] = field(default=())
+    #: The pods' module (argv before the phase): prep's fan-out, or another fan-out over the same
+    #: units (batch scoring's, :mod:`ctr_volcano.scoring.volcano`).
+    entrypoint: Tuple[str, ...] = ENTRYPOINT
 
 
 def build_prep_job(pods: PrepPods, phase: str, work: str, count: int) -> Dict[str, Any]:
@@ -89,7 +92,7 @@ def build_prep_job(pods: PrepPods, phase: str, work: str, count: int) -> Dict[st
     resources = {"cpu": pods.cpu, "memory": pods.memory}
     container = {
         "name": "prep", "image": pods.image,
-        "command": [*ENTRYPOINT, phase, "--work", work, "--count", str(count)],
+        "command": [*pods.entrypoint, phase, "--work", work, "--count", str(count)],
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "resources": {"requests": resources, "limits": resources},
         "volumeMounts": [{"name": "data", "mountPath": pods.mount_path}],
@@ -140,14 +143,11 @@ def prep_step_pods(raw: str, train_out: str, test_out: str, config: PrepConfig, 
     return prep_on_volcano(raw, train_out, test_out, config, workers, pods, KubeClient.auto(), spec=spec)
 
 
-def prep_on_volcano(raw: str, train_out: str, test_out: str, config: PrepConfig, workers: int,
-                    pods: PrepPods, client: Any, log: Callable[[str], None] = logger.info,
-                    spec: Optional[FeatureSpec] = None) -> Dict[str, Any]:
-    """Prep ``raw`` with ``workers`` prep pods per phase into ``train_out`` and ``test_out``.
+def claim_root(pods: PrepPods) -> str:
+    """``<mount>/ctr-runs/<job>``, made and world-writable (the pods run as their own UID).
 
-    The input is read where it is if it is on the claim, else copied to
-    ``<mount>/ctr-runs/<job>/raw``; the pods write ``<mount>/ctr-runs/<job>/prep``, which is copied
-    to the two outputs and removed. Returns prep's stats.
+    Raises:
+        BadInput: the claim is not mounted at ``pods.mount_path``.
     """
     if not os.path.isdir(pods.mount_path):
         raise BadInput("pvc_mount_path", pods.mount_path,
@@ -157,6 +157,19 @@ def prep_on_volcano(raw: str, train_out: str, test_out: str, config: PrepConfig,
     os.makedirs(root, exist_ok=True)
     for d in (os.path.dirname(root), root):
         os.chmod(d, 0o777)
+    return root
+
+
+def prep_on_volcano(raw: str, train_out: str, test_out: str, config: PrepConfig, workers: int,
+                    pods: PrepPods, client: Any, log: Callable[[str], None] = logger.info,
+                    spec: Optional[FeatureSpec] = None) -> Dict[str, Any]:
+    """Prep ``raw`` with ``workers`` prep pods per phase into ``train_out`` and ``test_out``.
+
+    The input is read where it is if it is on the claim, else copied to
+    ``<mount>/ctr-runs/<job>/raw``; the pods write ``<mount>/ctr-runs/<job>/prep``, which is copied
+    to the two outputs and removed. Returns prep's stats.
+    """
+    root = claim_root(pods)
     raw_on_claim, copied = put_on_claim(raw, pods.mount_path, os.path.join(root, "raw"))
     if copied:
         log(f"prep: copied the input to the claim ({raw_on_claim})")
