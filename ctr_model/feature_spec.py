@@ -36,8 +36,8 @@ DEFAULT_EMBEDDING_DIM = 10
 #: Multi-valued features keep at most this many ids per row when the feature names no max_length.
 DEFAULT_MAX_LENGTH = 16
 
-_TOP_KEYS = ("format", "header", "delimiter", "columns", "label", "dense", "categorical", "ignore",
-             "hash_buckets", "embedding_dim")
+_TOP_KEYS = ("format", "header", "delimiter", "columns", "label", "labels", "depends_on", "dense",
+             "categorical", "ignore", "hash_buckets", "embedding_dim")
 _DENSE_KEYS = ("name", "transform", "fill", "mean", "std")
 _CAT_KEYS = ("name", "hash_buckets", "embedding_dim", "multivalued", "separator", "pooling",
              "max_length")
@@ -111,7 +111,12 @@ class FeatureSpec:
         header: csv/tsv: the first line of every file names the columns.
         delimiter: the field separator (one character; ``,`` for csv, a tab otherwise).
         columns: csv/tsv without a header: every column's name, in file order.
-        label: the 0/1 label column.
+        label: the 0/1 label column (with ``labels``: the first of them).
+        labels: several 0/1 label columns, one task each, in task order (e.g. ``[click, purchase]``)
+            for a multi-task family (``esmm``, ``mmoe``); empty: the one ``label``.
+        depends_on: ``(task, parent)`` pairs: ``task`` is observed only where ``parent`` is 1 (a
+            conversion only after a click); written ``depends_on: {purchase: click}``. Prep refuses a
+            row where the task is 1 and its parent 0.
         dense: the numeric features.
         categorical: the categorical features.
         ignore: columns of the input that are neither label nor feature.
@@ -124,6 +129,8 @@ class FeatureSpec:
     delimiter: str = "\t"
     columns: Tuple[str, ...] = RAW_COLUMNS
     label: str = LABEL
+    labels: Tuple[str, ...] = ()
+    depends_on: Tuple[Tuple[str, str], ...] = ()
     dense: Tuple[DenseFeature, ...] = tuple(DenseFeature(c, "criteo") for c in DENSE_COLUMNS)
     categorical: Tuple[CategoricalFeature, ...] = tuple(CategoricalFeature(c) for c in SPARSE_COLUMNS)
     ignore: Tuple[str, ...] = ()
@@ -141,16 +148,27 @@ class FeatureSpec:
         return self.format == "criteo"
 
     @property
+    def task_labels(self) -> Tuple[str, ...]:
+        """Every label column, one per task, in task order (``(label,)`` for one task)."""
+        return self.labels or (self.label,)
+
+    @property
+    def parents(self) -> Dict[str, str]:
+        """``{task: parent}`` of the tasks observed only after another's 1 (:attr:`depends_on`)."""
+        return dict(self.depends_on)
+
+    @property
     def output_columns(self) -> Tuple[str, ...]:
-        """The columns of prep's Parquet, in order: label, dense, categorical."""
-        return ((self.label,) + tuple(d.name for d in self.dense)
+        """The columns of prep's Parquet, in order: the labels, dense, categorical."""
+        return (self.task_labels + tuple(d.name for d in self.dense)
                 + tuple(c.name for c in self.categorical))
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict that :func:`spec_from_dict` turns back into an equal spec."""
         doc = asdict(self)
-        for key in ("columns", "ignore"):
+        for key in ("columns", "ignore", "labels"):
             doc[key] = list(doc[key])
+        doc["depends_on"] = dict(self.depends_on)
         doc["dense"] = [{k: v for k, v in d.items() if v is not None} for d in doc["dense"]]
         doc["categorical"] = list(doc["categorical"])
         return doc
@@ -187,9 +205,10 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
     if fmt == "criteo":
         return _criteo_from_dict(doc, problems)
     top = {k: doc[k] for k in _TOP_KEYS if k in doc and k not in ("dense", "categorical")}
-    for key in ("columns", "ignore"):
+    for key in ("columns", "ignore", "labels"):
         if key in top and isinstance(top[key], list):
             top[key] = tuple(top[key])
+    _read_labels(top, problems)
     if "delimiter" not in top:
         top["delimiter"] = "," if fmt == "csv" else "\t"
     top.setdefault("columns", ())
@@ -205,6 +224,26 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
     if problems:
         raise SpecError(problems)
     return spec
+
+
+def _read_labels(top: Dict[str, Any], problems: List[Tuple[str, Any, str]]) -> None:
+    """``labels``' first entry is the ``label`` (unless named otherwise: then checked);
+    ``depends_on: {task: parent}`` becomes ``((task, parent), ..)``."""
+    labels = top.get("labels")
+    if isinstance(labels, tuple) and labels and "label" not in top:
+        top["label"] = labels[0]
+    if "depends_on" not in top:
+        return
+    deps = top["depends_on"]
+    if isinstance(deps, Mapping):
+        top["depends_on"] = tuple((k, v) for k, v in deps.items())
+    elif not (isinstance(deps, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2
+                                                      for p in deps)):
+        problems.append(("depends_on", deps, "write a mapping of task to parent label, e.g. "
+                         "{purchase: click}"))
+        del top["depends_on"]
+    else:
+        top["depends_on"] = tuple((p[0], p[1]) for p in deps)
 
 
 def _criteo_from_dict(doc: Mapping[str, Any], problems: List[Tuple[str, Any, str]]) -> FeatureSpec:
@@ -302,6 +341,7 @@ def load_spec(path: str) -> FeatureSpec:
 def _check_spec(spec: FeatureSpec) -> List[Tuple[str, Any, str]]:
     problems: List[Tuple[str, Any, str]] = []
     _check_layout(spec, problems)
+    _check_labels(spec, problems)
     for i, d in enumerate(spec.dense):
         _check_dense(d, f"dense[{i}]", problems)
     for i, c in enumerate(spec.categorical):
@@ -333,6 +373,35 @@ def _check_layout(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> No
     if spec.columns and (spec.header or spec.format == "parquet") and spec.format != "criteo":
         problems.append(("columns", list(spec.columns), "remove columns: the header (or the "
                          "Parquet schema) names the columns"))
+
+
+def _check_labels(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> None:
+    """``labels``: two or more distinct columns, the first the ``label``; ``depends_on``: each task a
+    later label than its parent."""
+    labels = spec.labels
+    if not isinstance(labels, tuple) or not all(isinstance(n, str) and n for n in labels):
+        problems.append(("labels", labels, "write a list of label column names, e.g. [click, purchase]"))
+        return
+    if labels and spec.format == "criteo":
+        problems.append(("labels", list(labels), "the criteo format has one label; use csv, tsv or "
+                         "parquet with columns"))
+    if len(labels) == 1 or len(set(labels)) != len(labels):
+        problems.append(("labels", list(labels), "name two or more distinct label columns (one task "
+                         "each), or use label for one"))
+        return
+    if labels and labels[0] != spec.label:
+        problems.append(("label", spec.label, f"with labels, label is the first of them ({labels[0]!r}); "
+                         f"remove label or put it first in labels"))
+    for task, parent in spec.depends_on:
+        order = spec.task_labels
+        if task not in order[1:]:
+            problems.append((f"depends_on.{task}", parent, f"{task!r} is not a task after the first: name "
+                             f"one of labels {list(order[1:]) or '(declare labels first)'}"))
+        elif parent not in order[:order.index(task)]:
+            problems.append((f"depends_on.{task}", parent, f"the parent must be a label before {task!r} "
+                             f"in labels: one of {list(order[:order.index(task)])}"))
+    if len(dict(spec.depends_on)) != len(spec.depends_on):
+        problems.append(("depends_on", [t for t, _ in spec.depends_on], "name each task once"))
 
 
 def _check_dense(d: DenseFeature, where: str, problems: List[Tuple[str, Any, str]]) -> None:
@@ -374,7 +443,8 @@ def _check_categorical(spec: FeatureSpec, c: CategoricalFeature, where: str,
 
 def _check_names(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> None:
     """Names are unique non-empty strings; with ``columns``, each is a column and each column used."""
-    named = [("label", spec.label)] + [(f"dense[{i}].name", d.name) for i, d in enumerate(spec.dense)]
+    named = [("label", spec.label)] + [(f"labels[{i}]", n) for i, n in enumerate(spec.labels) if i > 0]
+    named += [(f"dense[{i}].name", d.name) for i, d in enumerate(spec.dense)]
     named += [(f"categorical[{i}].name", c.name) for i, c in enumerate(spec.categorical)]
     named += [(f"ignore[{i}]", n) for i, n in enumerate(spec.ignore)]
     seen: Dict[str, str] = {}

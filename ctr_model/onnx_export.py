@@ -98,8 +98,12 @@ def build_graph(scorer: Scorer, max_bytes: int = MAX_MODEL_BYTES) -> "onnx.Model
         OnnxTooLarge: past ``max_bytes``; ModelError: a key beyond int64; NotServable: a
             multi-valued feature named ``dense``, ``ids`` or ``probability``.
     """
+    from ctr_model.models import family
     from ctr_model.onnx_graph import build_model
 
+    if family(scorer.config.model).tasks is not None:
+        raise NotServable("model", scorer.config.model, "a multi-task model has no ONNX graph yet; "
+                                                        "score it with ctr_model.infer (one column per task)")
     graph_layout(scorer)
     _check_fits(scorer, max_bytes)
     return build_model(scorer)
