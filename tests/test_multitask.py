@@ -1,7 +1,8 @@
 """Click + conversion in one model: a spec's ``labels`` with ``depends_on``, the ``esmm`` and ``mmoe``
 families, prep keeping every label, gen-data planting a conversion after a click, the numpy scorer's
 one probability per task and the per-task evaluation; each family trains on a real 2x2 gang on a
-small Ali-CCP-like CSV (string ids, two labels) and resumes after a killed trainer."""
+small Ali-CCP-like CSV (string ids, two labels), resumes after a killed trainer, and its ONNX export
+has one output per task equal to the numpy scorer's."""
 from __future__ import annotations
 
 import json
@@ -236,6 +237,29 @@ def _check_export(result, data: str) -> None:
     assert cvr["auc"] == pytest.approx(mine["tasks"]["purchase"]["after_click"]["auc"], abs=1e-9)
     assert result.metrics["test"]["auc"] == tasks["click"]["auc"]
     assert tasks["click"]["auc"] > 0.6 and tasks["purchase"]["auc"] > 0.6, tasks   # it learnt both
+    _check_onnx(result.model_dir, scorer, test)
+
+
+def _check_onnx(model_dir: str, scorer, test) -> None:
+    """The trainer's ONNX export has one output per task, each the numpy scorer's column (<= 1e-6)."""
+    import onnxruntime as ort
+    import pyarrow.parquet as pq
+
+    from ctr_model.onnx_inputs import feeds, layout_of
+
+    manifest = json.loads(open(os.path.join(model_dir, "serving.json")).read())
+    assert manifest["outputs"] == {"probability": {"dtype": "FP64", "task": "click"},
+                                   "probability_purchase": {"dtype": "FP64", "task": "purchase"}}
+    config = open(os.path.join(model_dir, "serving", "ctr", "config.pbtxt")).read()
+    assert 'name: "probability_purchase" data_type: TYPE_FP64' in config
+    session = ort.InferenceSession(os.path.join(model_dir, "model.onnx"))
+    assert [o.name for o in session.get_outputs()] == ["probability", "probability_purchase"]
+    table = pq.read_table(test[0])
+    outs = session.run(None, feeds(layout_of(scorer.features), table))
+    mine = scorer.predict_tasks(table)
+    assert mine.shape == (table.num_rows, 2) and np.all(mine[:, 1] <= mine[:, 0])   # pCTCVR <= pCTR
+    for k, out in enumerate(outs):
+        assert np.abs(out - mine[:, k]).max() <= 1e-6
 
 
 @pytest.mark.slow
