@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, Sequence, Tuple
 from ctr_model.errors import BadInput
 from ctr_model.metrics import auc, logloss
 
-__all__ = ["evaluate_tasks", "task_rows", "scores_of"]
+__all__ = ["evaluate_tasks", "task_rows", "task_scores", "scores_of"]
 
 
 def task_rows(scorer: Any, paths: Sequence[str], batch_size: int = 65536) -> Iterator[Tuple[Any, Any]]:
@@ -47,25 +47,32 @@ def scores_of(y: Any, p: Any) -> Dict[str, Any]:
             "rows": n, "rate": float(y.mean()) if n else float("nan")}
 
 
-def evaluate_tasks(scorer: Any, paths: Sequence[str], batch_size: int = 65536) -> Dict[str, Any]:
-    """The first task's ``auc``/``logloss``/``rows``/``ctr`` and ``tasks``: per task its
-    :func:`scores_of` over impressions and, for a task with a parent, ``after_<parent>`` over the
-    rows whose parent is 1 (see the module docstring)."""
+def task_scores(names: Sequence[str], parents: Dict[str, str], y: Any, p: Any) -> Dict[str, Any]:
+    """Per task its :func:`scores_of` over impressions and, for a task with a parent, ``after_<parent>``
+    over the rows whose parent is 1 (``y``, ``p``: ``[n, tasks]`` labels and impression probabilities)."""
     import numpy as np
 
     from ctr_model.models.multitask import parent_index
 
-    names = list(scorer.task_names)
-    parts = list(task_rows(scorer, paths, batch_size))
-    y = np.concatenate([a for a, _ in parts]) if parts else np.zeros((0, len(names)), np.int64)
-    p = np.concatenate([b for _, b in parts]) if parts else np.zeros((0, len(names)))
     tasks: Dict[str, Any] = {}
-    for t, (name, parent) in enumerate(zip(names, parent_index(names, scorer.parents))):
+    for t, (name, parent) in enumerate(zip(names, parent_index(list(names), parents))):
         tasks[name] = scores_of(y[:, t], p[:, t])
         if parent is not None:
             seen = y[:, parent] == 1
             cond = np.clip(p[seen, t] / np.maximum(p[seen, parent], 1e-300), 0.0, 1.0)
             tasks[name][f"after_{names[parent]}"] = scores_of(y[seen, t], cond)
+    return tasks
+
+
+def evaluate_tasks(scorer: Any, paths: Sequence[str], batch_size: int = 65536) -> Dict[str, Any]:
+    """The first task's ``auc``/``logloss``/``rows``/``ctr`` and ``tasks`` (:func:`task_scores`)."""
+    import numpy as np
+
+    names = list(scorer.task_names)
+    parts = list(task_rows(scorer, paths, batch_size))
+    y = np.concatenate([a for a, _ in parts]) if parts else np.zeros((0, len(names)), np.int64)
+    p = np.concatenate([b for _, b in parts]) if parts else np.zeros((0, len(names)))
+    tasks = task_scores(names, scorer.parents, y, p)
     first = tasks[names[0]]
     return {"auc": first["auc"], "logloss": first["logloss"], "rows": first["rows"], "ctr": first["rate"],
             "tasks": tasks}

@@ -222,7 +222,7 @@ def _config(model: str, epochs: int) -> dict:
 def _check_export(result, data: str) -> None:
     """The export scores one probability per task, and its per-task evaluation is metrics.json's."""
     from ctr_model.infer import load_model
-    from ctr_model.task_metrics import evaluate_tasks
+    from ctr_model.task_metrics import evaluate_tasks, task_rows
 
     scorer = load_model(result.model_dir)
     test = sorted(os.path.join(data, "test", f) for f in os.listdir(os.path.join(data, "test"))
@@ -237,6 +237,11 @@ def _check_export(result, data: str) -> None:
     assert cvr["auc"] == pytest.approx(mine["tasks"]["purchase"]["after_click"]["auc"], abs=1e-9)
     assert result.metrics["test"]["auc"] == tasks["click"]["auc"]
     assert tasks["click"]["auc"] > 0.6 and tasks["purchase"]["auc"] > 0.6, tasks   # it learnt both
+    calibration = scorer.meta["calibration"]["tasks"]          # one output bias per task, shifted
+    assert set(calibration) == {"click", "purchase"} and calibration["purchase"]["rows"] < calibration["click"]["rows"]
+    probs = np.concatenate([p for _, p in task_rows(scorer, test)])
+    assert abs(probs[:, 0].mean() - tasks["click"]["rate"]) < 0.05, (probs.mean(axis=0), tasks)
+    assert abs(probs[:, 1].mean() - tasks["purchase"]["rate"]) < 0.03, (probs.mean(axis=0), tasks)
     _check_onnx(result.model_dir, scorer, test)
 
 
@@ -274,6 +279,18 @@ def test_family_trains_on_a_two_by_two_gang(ali_ccp_like, job_id, tmp_path, mode
     meta = json.loads((tmp_path / "model" / "model_meta.json").read_text())
     assert meta["config"]["model"] == model and meta["config"]["model_config"]["tasks"] == 2
     _check_export(result, data)
+    from ctr_volcano.app.cli.main import main
+
+    assert main(["evaluate", "--model", result.model_dir, "--data", data, "--out", str(tmp_path / "eval")]) == 0
+    evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    for name, scores in result.metrics["test"]["tasks"].items():     # the trainer's, to the digit
+        for key in ("auc", "logloss", "rows"):
+            assert evaluated["tasks"][name][key] == pytest.approx(scores[key], abs=1e-9)
+    after = evaluated["tasks"]["purchase"]["after_click"]
+    assert after["auc"] == pytest.approx(result.metrics["test"]["tasks"]["purchase"]["after_click"]["auc"], abs=1e-9)
+    assert evaluated["auc"] == pytest.approx(result.metrics["test"]["auc"], abs=1e-9)
+    report = (tmp_path / "eval" / "report.html").read_text()
+    assert "<h2>Tasks</h2>" in report and "<th>purchase after click</th>" in report
 
 
 @pytest.mark.slow

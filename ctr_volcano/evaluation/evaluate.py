@@ -305,7 +305,7 @@ th {{ background: #f4f4f4; text-align: left; }}
 <h2>Calibration by decile of predicted CTR</h2>
 <table><tr><th>decile</th><th>rows</th><th>mean predicted</th><th>observed</th><th>prediction range</th></tr>
 {cal_rows}</table>
-{feature_table}</body></html>
+{_task_table(metrics)}{feature_table}</body></html>
 """
 
 
@@ -363,6 +363,42 @@ def _collect(batches: Iterable[Tuple[Any, Any]], total_rows: Optional[int] = Non
     if not ys:
         return np.zeros(0, np.int8), np.zeros(0, np.float64)
     return np.concatenate(ys), np.concatenate(ps)
+
+
+def _scored(scorer: Any, parts: List[str], batch_size: int, expected: Optional[int]
+            ) -> Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]:
+    """(labels, probabilities, None) of the first task; a multi-task model's per-task metrics
+    (:func:`ctr_model.task_metrics.task_scores`) from the same pass instead of the None."""
+    if len(getattr(scorer, "task_names", ())) < 2:
+        return (*_collect(scorer.predict_files(parts, batch_size=batch_size), expected), None)
+    from ctr_model.task_metrics import task_rows, task_scores
+
+    kept: List[Tuple[np.ndarray, np.ndarray]] = []
+
+    def first_task() -> Iterable[Tuple[Any, Any]]:
+        for y, p in task_rows(scorer, parts, batch_size):
+            kept.append((y, p))
+            yield y[:, 0], p[:, 0]
+
+    labels, probs = _collect(first_task(), expected)
+    y = np.concatenate([a for a, _ in kept]) if kept else np.zeros((0, len(scorer.task_names)), np.int64)
+    p = np.concatenate([b for _, b in kept]) if kept else np.zeros((0, len(scorer.task_names)))
+    return labels, probs, task_scores(scorer.task_names, scorer.parents, y, p)
+
+
+def _task_table(metrics: Dict[str, Any]) -> str:
+    """The report's section per task of a multi-task model (empty for one task)."""
+    e = html.escape
+    rows = []
+    for name, m in (metrics.get("tasks") or {}).items():
+        parts = [(f"{name} (over impressions)", m)] + [(f"{name} {k.replace('_', ' ')}", v)
+                                                       for k, v in m.items() if k.startswith("after_")]
+        rows += [f"<tr><th>{e(label)}</th><td>{s['auc']:.6f}</td><td>{s['logloss']:.6f}</td>"
+                 f"<td>{s['rows']:,}</td><td>{s['rate']:.4%}</td></tr>" for label, s in parts]
+    if not rows:
+        return ""
+    return ("<h2>Tasks</h2>\n<table><tr><th>task</th><th>AUC</th><th>log loss</th><th>rows</th>"
+            "<th>positive rate</th></tr>\n" + "".join(rows) + "</table>\n")
 
 
 def _context(model_dir: str, split_dir: str, meta: Dict[str, Any]) -> Dict[str, str]:
@@ -439,11 +475,11 @@ def evaluate(model_dir: str, data_dir: str, out_dir: str, *, threshold: float = 
                                           "prep the data with the model's spec")
     parts = _parquet_parts(split_dir)
     expected = _expected_rows(split_dir)
-    labels, probs = _collect(scorer.predict_files(parts, batch_size=batch_size), expected)
+    labels, probs, tasks = _scored(scorer, parts, batch_size, expected)
     if expected is not None and expected != labels.size:
         raise BadInput("data", split_dir, f"scored {labels.size} rows but schema.json says {expected}: "
                                           "the split is incomplete or was modified; re-run the prep step")
-    metrics = compute_metrics(labels, probs, threshold=threshold)
+    metrics = dict(compute_metrics(labels, probs, threshold=threshold), **({"tasks": tasks} if tasks else {}))
     metrics["context"] = _context(model_dir, split_dir, meta)
     metrics["features"] = _features(meta, split_dir)
     report_path = os.path.join(out_dir, "report.html")
