@@ -329,3 +329,22 @@ def test_both_backends_refuse_a_family_that_cannot_train_the_labels_before_any_g
     with pytest.raises(BadInput, match="the data has 2 labels"):
         train_local(data, str(tmp_path / "m"), {"model": "dnn"}, pservers=1, trainers=1)
     assert not os.path.exists(tmp_path / "m"), "a refused run must not start"
+
+
+@pytest.mark.slow
+def test_warm_start_continues_esmm_and_refuses_mmoe(ali_ccp_like, tmp_path):
+    from ctr_volcano.errors import BadInput
+    from ctr_volcano.training.local.backend import train_local
+
+    data = str(ali_ccp_like / "prep")
+    first = train_local(data, str(tmp_path / "first"), _config("esmm", 1), pservers=1, trainers=1, max_retry=0,
+                        job_id="mtask-first", log=lambda m: None, workdir=str(tmp_path / "w1"))
+    warm = train_local(data, str(tmp_path / "warm"), _config("esmm", 1), pservers=1, trainers=1, max_retry=0,
+                       job_id="mtask-warm", log=lambda m: None, workdir=str(tmp_path / "w2"),
+                       init_model=first.model_dir)
+    assert warm.metrics["epochs"][0]["loss"] < first.metrics["epochs"][0]["loss"] - 0.01
+    with pytest.raises(BadInput) as err:
+        train_local(data, str(tmp_path / "m"), _config("mmoe", 1), pservers=1, trainers=1,
+                    init_model=first.model_dir)
+    assert "its model is 'esmm' but this run's is 'mmoe'" in str(err.value)
+    assert len(str(err.value).splitlines()) == 1 and not os.path.exists(tmp_path / "m")
