@@ -76,6 +76,8 @@ def calibrate_export(model_dir: str, train_files: Sequence[str],
     from ctr_model.infer import DENSE_FILE, load_model
 
     scorer = load_model(model_dir)
+    if len(scorer.task_names) > 1:    # its towers end in their own output layers: one shift each
+        return {"rows": 0, "shift": 0.0, "skipped": "multi-task model: ctr_model.calibrate_tasks calibrates it"}
     label = scorer.features.label if scorer.features is not None else "label"
     per_file = max(1, max_rows // max(1, len(train_files)))
     labels, probs = [], []

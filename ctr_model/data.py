@@ -277,7 +277,9 @@ def _spec_slot_table(batch, src: str, hash_buckets: int, spec: FeatureSpec):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    parts = [pa.array(["1"] * batch.num_rows), pc.cast(batch.column(spec.label), pa.string())]
+    parts = []
+    for name in spec.task_labels:     # one label slot per task, in task order (the net's feeds)
+        parts += [pa.array(["1"] * batch.num_rows), pc.cast(batch.column(name), pa.string())]
     for c in spec.categorical:
         col = batch.column(c.name)
         flat = col.values if c.multivalued else col

@@ -23,6 +23,7 @@ from ctr_model.checks import is_int, is_real
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_model.errors import BadInput
 from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
+from ctr_model.spec_labels import check_labels, read_labels
 from ctr_model.validation_spec import check_section
 
 __all__ = ["FORMATS", "DENSE_TRANSFORMS", "POOLINGS", "SpecError", "DenseFeature",
@@ -37,8 +38,8 @@ DEFAULT_EMBEDDING_DIM = 10
 #: Multi-valued features keep at most this many ids per row when the feature names no max_length.
 DEFAULT_MAX_LENGTH = 16
 
-_TOP_KEYS = ("format", "header", "delimiter", "columns", "label", "dense", "categorical", "ignore",
-             "hash_buckets", "embedding_dim", "validation")
+_TOP_KEYS = ("format", "header", "delimiter", "columns", "label", "labels", "depends_on", "dense",
+             "categorical", "ignore", "hash_buckets", "embedding_dim", "validation")
 _DENSE_KEYS = ("name", "transform", "fill", "mean", "std")
 _CAT_KEYS = ("name", "hash_buckets", "embedding_dim", "multivalued", "separator", "pooling",
              "max_length")
@@ -112,7 +113,12 @@ class FeatureSpec:
         header: csv/tsv: the first line of every file names the columns.
         delimiter: the field separator (one character; ``,`` for csv, a tab otherwise).
         columns: csv/tsv without a header: every column's name, in file order.
-        label: the 0/1 label column.
+        label: the 0/1 label column (with ``labels``: the first of them).
+        labels: several 0/1 label columns, one task each, in task order (e.g. ``[click, purchase]``)
+            for a multi-task family (``esmm``, ``mmoe``); empty: the one ``label``.
+        depends_on: ``(task, parent)`` pairs: ``task`` is observed only where ``parent`` is 1 (a
+            conversion only after a click); written ``depends_on: {purchase: click}``. Prep refuses a
+            row where the task is 1 and its parent 0.
         dense: the numeric features.
         categorical: the categorical features.
         ignore: columns of the input that are neither label nor feature.
@@ -127,6 +133,8 @@ class FeatureSpec:
     delimiter: str = "\t"
     columns: Tuple[str, ...] = RAW_COLUMNS
     label: str = LABEL
+    labels: Tuple[str, ...] = ()
+    depends_on: Tuple[Tuple[str, str], ...] = ()
     dense: Tuple[DenseFeature, ...] = tuple(DenseFeature(c, "criteo") for c in DENSE_COLUMNS)
     categorical: Tuple[CategoricalFeature, ...] = tuple(CategoricalFeature(c) for c in SPARSE_COLUMNS)
     ignore: Tuple[str, ...] = ()
@@ -145,18 +153,29 @@ class FeatureSpec:
         return self.format == "criteo"
 
     @property
+    def task_labels(self) -> Tuple[str, ...]:
+        """Every label column, one per task, in task order (``(label,)`` for one task)."""
+        return self.labels or (self.label,)
+
+    @property
+    def parents(self) -> Dict[str, str]:
+        """``{task: parent}`` of the tasks observed only after another's 1 (:attr:`depends_on`)."""
+        return dict(self.depends_on)
+
+    @property
     def output_columns(self) -> Tuple[str, ...]:
-        """The columns of prep's Parquet, in order: label, dense, categorical."""
-        return ((self.label,) + tuple(d.name for d in self.dense)
+        """The columns of prep's Parquet, in order: the labels, dense, categorical."""
+        return (self.task_labels + tuple(d.name for d in self.dense)
                 + tuple(c.name for c in self.categorical))
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict that :func:`spec_from_dict` turns back into an equal spec."""
         doc = asdict(self)
-        for key in ("columns", "ignore"):
+        for key in ("columns", "ignore", "labels"):
             doc[key] = list(doc[key])
         if not doc["validation"]:
             del doc["validation"]   # the documents written before the section existed stay the same
+        doc["depends_on"] = dict(self.depends_on)
         doc["dense"] = [{k: v for k, v in d.items() if v is not None} for d in doc["dense"]]
         doc["categorical"] = list(doc["categorical"])
         return doc
@@ -208,9 +227,10 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
     if fmt == "criteo":
         return _criteo_from_dict(doc, problems)
     top = {k: doc[k] for k in _TOP_KEYS if k in doc and k not in ("dense", "categorical")}
-    for key in ("columns", "ignore"):
+    for key in ("columns", "ignore", "labels"):
         if key in top and isinstance(top[key], list):
             top[key] = tuple(top[key])
+    read_labels(top, problems)
     if "delimiter" not in top:
         top["delimiter"] = "," if fmt == "csv" else "\t"
     top.setdefault("columns", ())
@@ -226,6 +246,8 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
     if problems:
         raise SpecError(problems)
     return spec
+
+
 
 
 def _criteo_from_dict(doc: Mapping[str, Any], problems: List[Tuple[str, Any, str]]) -> FeatureSpec:
@@ -325,6 +347,7 @@ def load_spec(path: str) -> FeatureSpec:
 def _check_spec(spec: FeatureSpec) -> List[Tuple[str, Any, str]]:
     problems: List[Tuple[str, Any, str]] = []
     _check_layout(spec, problems)
+    check_labels(spec, problems)
     for i, d in enumerate(spec.dense):
         _check_dense(d, f"dense[{i}]", problems)
     for i, c in enumerate(spec.categorical):
@@ -358,6 +381,8 @@ def _check_layout(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> No
     if spec.columns and (spec.header or spec.format == "parquet") and spec.format != "criteo":
         problems.append(("columns", list(spec.columns), "remove columns: the header (or the "
                          "Parquet schema) names the columns"))
+
+
 
 
 def _check_dense(d: DenseFeature, where: str, problems: List[Tuple[str, Any, str]]) -> None:
@@ -399,7 +424,8 @@ def _check_categorical(spec: FeatureSpec, c: CategoricalFeature, where: str,
 
 def _check_names(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> None:
     """Names are unique non-empty strings; with ``columns``, each is a column and each column used."""
-    named = [("label", spec.label)] + [(f"dense[{i}].name", d.name) for i, d in enumerate(spec.dense)]
+    named = [("label", spec.label)] + [(f"labels[{i}]", n) for i, n in enumerate(spec.labels) if i > 0]
+    named += [(f"dense[{i}].name", d.name) for i, d in enumerate(spec.dense)]
     named += [(f"categorical[{i}].name", c.name) for i, c in enumerate(spec.categorical)]
     named += [(f"ignore[{i}]", n) for i, n in enumerate(spec.ignore)]
     seen: Dict[str, str] = {}

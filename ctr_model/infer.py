@@ -231,12 +231,10 @@ class Scorer:
         ids = np.stack([np.asarray(cols[c]).astype(np.uint64) for c in SPARSE_COLUMNS], axis=1)
         return dense, ids
 
-    def predict(self, table) -> "np.ndarray":
-        """Click probabilities (float64) for a pyarrow Table, pandas DataFrame or dict of columns.
-
-        The network runs in float32, as Paddle trained and serves it (twice the speed of float64 on
-        the matrix products, which are most of the work); only the final sigmoid is float64.
-        """
+    def predict_tasks(self, table) -> "np.ndarray":
+        """``[n, tasks]`` probabilities (float64), one column per task (:attr:`task_names`), each the
+        probability of its label's 1 on an impression: for a task that depends on another (a
+        conversion after a click) the product with its parent's (pCTCVR = pCTR x pCVR)."""
         import numpy as np
 
         spec = self.features
@@ -246,9 +244,35 @@ class Scorer:
             dense, ids = self._features(table)
             emb = self._lookup(ids.reshape(-1)).reshape(len(dense), ids.shape[1], -1)  # unseen id: the zero row
             embs = [emb[:, i] for i in range(ids.shape[1])]
-        logits = family(self.config.model).logits(self.params, embs, dense, self.config)
+        fam = family(self.config.model)
+        logits = fam.logits(self.params, embs, dense, self.config)
+        if fam.tasks is not None:      # conditional probabilities per task -> over impressions
+            from ctr_model.models.multitask import np_impression_probs, parent_index
+
+            return np_impression_probs(logits, parent_index(self.task_names, self.parents))
         margin = logits[:, 1].astype(np.float64) - logits[:, 0]
-        return 1.0 / (1.0 + np.exp(-margin))
+        return (1.0 / (1.0 + np.exp(-margin)))[:, None]
+
+    def predict(self, table) -> "np.ndarray":
+        """Click probabilities (float64) for a pyarrow Table, pandas DataFrame or dict of columns (a
+        multi-task model's first task's: :meth:`predict_tasks` has every task's).
+
+        The network runs in float32, as Paddle trained and serves it (twice the speed of float64 on
+        the matrix products, which are most of the work); only the final sigmoid is float64.
+        """
+        return self.predict_tasks(table)[:, 0]
+
+    @property
+    def task_names(self) -> Tuple[str, ...]:
+        """The label of each task, in the order of :meth:`predict_tasks`' columns."""
+        spec = self.features
+        return ("label",) if spec is None else spec.task_labels
+
+    @property
+    def parents(self) -> Dict[str, str]:
+        """``{task: parent}``: the tasks observed only after their parent's 1 (the spec's ``depends_on``)."""
+        spec = self.features
+        return {} if spec is None else spec.parents
 
     def rows_and_zero(self, k: int = 0) -> "np.ndarray":
         """Table ``k``'s embedding rows (float32) with one zero row appended for ids not seen in training."""
@@ -367,10 +391,16 @@ def _load_table(model_dir: str, meta: Mapping[str, Any], k: int, width: int):
 
 
 def evaluate_files(scorer: Scorer, paths: Sequence[str], batch_size: int = 65536) -> dict:
-    """AUC, logloss, rows and CTR of a model on labelled Parquet files, with the constant
-    predictor's log loss (always the files' click rate) and the normalized entropy (logloss / it)."""
+    """AUC, logloss, rows and CTR of a model on labelled Parquet files (a multi-task model's first
+    task's, and every task's under ``tasks``: :func:`ctr_model.task_metrics.evaluate_tasks`), with
+    the constant predictor's log loss (always the files' click rate) and the normalized entropy
+    (logloss / it)."""
     import numpy as np
 
+    if len(scorer.task_names) > 1:
+        from ctr_model.task_metrics import evaluate_tasks
+
+        return evaluate_tasks(scorer, paths, batch_size)
     ys, ps = [], []
     for labels, probs in scorer.predict_files(paths, batch_size=batch_size):
         if labels is None:

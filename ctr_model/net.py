@@ -9,7 +9,7 @@ one process without Paddle (:mod:`ctr_model.infer`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from ctr_model.config import TrainConfig
@@ -19,7 +19,7 @@ from ctr_model.models import family
 from ctr_model.sparse_tables import EMBEDDING_NAME, SparseTable, sparse_tables
 
 __all__ = ["EMBEDDING_NAME", "net_tables", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "slot_layout",
-           "dense_param_names", "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
+           "dense_param_names", "label_input", "task_labels", "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
 
 DENSE_INPUT = "dense_input"
 LABEL_INPUT = "label"
@@ -97,11 +97,14 @@ class Net:
     auc: object
     auc_states: list
     example_loss: object = None
+    task_labels: list = field(default_factory=list)   # the labels of the tasks after the first
+    task_probs: list = field(default_factory=list)    # a multi-task family's probability per task
 
     @property
     def feed_vars(self) -> list:
-        """Variables in the MultiSlot order of the data files: label, C1..C26, dense (if any)."""
-        return [self.label] + list(self.sparse_inputs) + ([self.dense_input] if self.dense_input is not None else [])
+        """Variables in the MultiSlot order of the data files: the labels, C1..C26, dense (if any)."""
+        return [self.label] + list(self.task_labels) + list(self.sparse_inputs) + \
+            ([self.dense_input] if self.dense_input is not None else [])
 
 
 def slot_layout(features: Optional[FeatureSpec]) -> Tuple[List[Tuple[str, Optional[str]]], int]:
@@ -145,7 +148,8 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
     import paddle
 
     slots, n_dense = slot_layout(features)
-    label = paddle.static.data(name=LABEL_INPUT, shape=[-1, 1], dtype="int64")
+    labels = [paddle.static.data(name=label_input(k), shape=[-1, 1], dtype="int64")
+              for k in range(len(task_labels(features)))]
     sparse = [paddle.static.data(name=name, shape=[-1, 1], dtype="int64", lod_level=1)
               for name, _ in slots]
     dense = paddle.static.data(name=DENSE_INPUT, shape=[-1, n_dense], dtype="float32") if n_dense else None
@@ -162,15 +166,42 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
         if pooling is not None:         # a multi-valued feature: its ids' rows pooled into one
             emb = paddle.static.nn.sequence_pool(input=emb, pool_type="sum" if pooling == "sum" else "average")
         embs.append(paddle.reshape(emb, shape=[-1, width]))
-    logits = fam.build(embs, dense, config)
-    predict = paddle.nn.functional.softmax(logits)
-    example_loss = paddle.nn.functional.cross_entropy(
-        input=predict, label=label, reduction="none", use_softmax=False)
+    predict, example_loss, task_probs = _head(fam, fam.build(embs, dense, config), labels, features)
     loss = paddle.mean(example_loss)
-    auc, _batch_auc, states = paddle.static.auc(input=predict, label=label, num_thresholds=2**12,
+    auc, _batch_auc, states = paddle.static.auc(input=predict, label=labels[0], num_thresholds=2**12,
                                                 slide_steps=0)
-    return Net(label=label, sparse_inputs=sparse, dense_input=dense, predict=predict, loss=loss,
-               auc=auc, auc_states=list(states), example_loss=example_loss)
+    return Net(label=labels[0], sparse_inputs=sparse, dense_input=dense, predict=predict, loss=loss,
+               auc=auc, auc_states=list(states), example_loss=example_loss, task_labels=labels[1:],
+               task_probs=task_probs)
+
+
+def _head(fam, out, labels, features: Optional[FeatureSpec]):
+    """``(2-way prediction of the first task, per-row loss, impression probability per task)``: the
+    softmax and its cross entropy for a single-task family's logits; a multi-task family's per-task
+    probabilities composed and trained by :func:`ctr_model.models.multitask.task_losses`."""
+    import paddle
+
+    if fam.tasks is None:
+        predict = paddle.nn.functional.softmax(out)
+        example_loss = paddle.nn.functional.cross_entropy(input=predict, label=labels[0], reduction="none",
+                                                          use_softmax=False)
+        return predict, example_loss, [predict]
+    from ctr_model.models.multitask import parent_index, task_losses
+
+    names = task_labels(features)
+    probs, example_loss = task_losses(out, labels, parent_index(names, features.parents if features else {}),
+                                      fam.tasks.loss)
+    return paddle.concat([1.0 - probs[0], probs[0]], axis=1), example_loss, probs
+
+
+def label_input(k: int) -> str:
+    """The feed name of task ``k``'s label (the first task's is :data:`LABEL_INPUT`)."""
+    return LABEL_INPUT if k == 0 else f"{LABEL_INPUT}_{k}"
+
+
+def task_labels(features: Optional[FeatureSpec]) -> Tuple[str, ...]:
+    """The label columns of the data, one per task (Criteo's one ``label``)."""
+    return ("label",) if features is None or features.is_criteo else features.task_labels
 
 
 def make_optimizer(config: TrainConfig):

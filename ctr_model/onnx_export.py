@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 from ctr_model.atomic import write_json
 from ctr_model.errors import BadInput
 from ctr_model.features import HASH_VERSION, SCHEMA_VERSION
 from ctr_model.infer import ModelError, Scorer, load_model
 from ctr_model.onnx_inputs import OUTPUT, PAD_ID, GraphLayout, layout_of
+from ctr_model.onnx_tasks import output_names
 
 if TYPE_CHECKING:
     import onnx
@@ -113,12 +114,20 @@ def _manifest(scorer: Scorer, layout: GraphLayout, onnx_bytes: bytes) -> Dict[st
            "hash_buckets": int(scorer.meta["hash_buckets"]), "model": scorer.config.model,
            "sparse_keys": sum(int(len(scorer.table_arrays(k)[0])) for k in range(len(scorer.tables))),
            "inputs": layout.manifest(), "pad_id": PAD_ID,
-           "outputs": {OUTPUT: {"dtype": "FP64"}},
+           "outputs": _outputs(scorer),
            "transform": "ctr_model.features: dense_value (log1p) for I*, hash_value for C*"}
     if scorer.features is not None:
         doc["feature_spec"] = scorer.meta["feature_spec"]
         doc["transform"] = "ctr_model.transforms: feature_spec's dense transforms and per-feature hash"
     return doc
+
+
+def _outputs(scorer: Scorer) -> Dict[str, Any]:
+    """``serving.json``'s outputs: ``probability``, or one per task naming its label."""
+    tasks = scorer.task_names
+    if len(tasks) == 1:
+        return {OUTPUT: {"dtype": "FP64"}}
+    return {name: {"dtype": "FP64", "task": task} for name, task in zip(output_names(tasks), tasks)}
 
 
 def _exported(model_dir: str, max_bytes: int) -> Tuple[Dict[str, Any], bytes, GraphLayout]:
@@ -141,30 +150,32 @@ def export_onnx(model_dir: str, out_dir: Optional[str] = None, max_bytes: int = 
         fh.write(data)
     os.replace(tmp, os.path.join(out, ONNX_FILE))
     write_json(os.path.join(out, MANIFEST_FILE), manifest, indent=1, sort_keys=True)
-    write_repository(out, data, layout)
+    write_repository(out, data, layout, list(manifest["outputs"]))
     return manifest
 
 
-def _config_pbtxt(layout: GraphLayout) -> str:
-    """Triton's ``config.pbtxt``: every input by name, type and width."""
+def _config_pbtxt(layout: GraphLayout, outputs: Sequence[str] = (OUTPUT,)) -> str:
+    """Triton's ``config.pbtxt``: every input by name, type and width, every output."""
     types = {"FP32": "TYPE_FP32", "INT64": "TYPE_INT64"}
     inputs = ",\n".join(f'  {{ name: "{name}" data_type: {types[dtype]} dims: [ -1, {width} ] }}'
                         for name, dtype, width in layout.inputs())
+    outs = ",\n".join(f'  {{ name: "{name}" data_type: TYPE_FP64 dims: [ -1 ] }}' for name in outputs)
     return (f'name: "{TRITON_MODEL}"\nbackend: "onnxruntime"\nmax_batch_size: 0\ninput [\n{inputs}\n]\n'
-            f'output [\n  {{ name: "{OUTPUT}" data_type: TYPE_FP64 dims: [ -1 ] }}\n]\n')
+            f'output [\n{outs}\n]\n')
 
 
-def write_repository(out_dir: str, onnx_bytes: bytes, layout: Optional[GraphLayout] = None) -> str:
+def write_repository(out_dir: str, onnx_bytes: bytes, layout: Optional[GraphLayout] = None,
+                     outputs: Sequence[str] = (OUTPUT,)) -> str:
     """The Triton/KServe model repository (``serving/ctr/config.pbtxt``, ``serving/ctr/1/model.onnx``)
     that KServe's stock ONNX runtime (Triton) loads from ``/mnt/models``; returns its path.
-    ``layout``: the graph's inputs (Criteo's by default)."""
+    ``layout``: the graph's inputs (Criteo's by default); ``outputs``: one per task."""
     root = os.path.join(out_dir, REPOSITORY_DIR)
     version = os.path.join(root, TRITON_MODEL, "1")
     os.makedirs(version, exist_ok=True)
     with open(os.path.join(version, ONNX_FILE), "wb") as fh:
         fh.write(onnx_bytes)
     with open(os.path.join(root, TRITON_MODEL, "config.pbtxt"), "w", encoding="utf-8") as fh:
-        fh.write(_config_pbtxt(layout or layout_of(None)))
+        fh.write(_config_pbtxt(layout or layout_of(None), outputs))
     return root
 
 

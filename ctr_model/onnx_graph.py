@@ -25,7 +25,8 @@ Why built by hand: ``paddle2onnx`` has no mapper for the parameter server's
   then the FC stack).
 - **Output**: the 2-way output layer with the calibrated bias, the click logit plus the family's
   extra term in float32 as the scorer adds it, the margin of the two logits in float64 and a float64
-  ``Sigmoid``: ``probability`` float64 ``[N]``.
+  ``Sigmoid``: ``probability`` float64 ``[N]``; a multi-task family (``esmm``, ``mmoe``) has one
+  output per task (:mod:`ctr_model.onnx_tasks`).
 
 Every internal tensor is named ``ctr/...``, so a feature may be called anything but an input's name.
 """
@@ -277,6 +278,21 @@ def _probability(g: _Graph, logits: str, term: Optional[str]) -> None:
     g.nodes.append(g.helper.make_node("Sigmoid", [squeezed], [OUTPUT]))
 
 
+def _outputs(g: _Graph, scorer: "Scorer", emb: Optional[str], cols: Dict[int, List[int]],
+             dense: Optional[str]) -> List[str]:
+    """The family's head and the graph's outputs: ``probability``, or one per task for a multi-task
+    family (:mod:`ctr_model.onnx_tasks`); returns their names."""
+    from ctr_model.models import family
+
+    if family(scorer.config.model).tasks is not None:
+        from ctr_model.onnx_tasks import task_outputs
+
+        return task_outputs(g, scorer, _deep_input(g, emb, cols, dense, False))
+    logits, term = _head(g, scorer, emb, cols, dense)
+    _probability(g, logits, term)
+    return [OUTPUT]
+
+
 def build_model(scorer: "Scorer") -> "onnx.ModelProto":
     """The checked ONNX model of ``scorer`` (its layout: :func:`ctr_model.onnx_inputs.layout_of`)."""
     import onnx
@@ -286,13 +302,12 @@ def build_model(scorer: "Scorer") -> "onnx.ModelProto":
     g = _Graph()
     emb, cols = _embeddings(g, layout, scorer)
     dense = DENSE_INPUT if layout.dense else None
-    logits, term = _head(g, scorer, emb, cols, dense)
-    _probability(g, logits, term)
+    outputs = _outputs(g, scorer, emb, cols, dense)
     inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT if dtype == "FP32" else TensorProto.INT64,
                                             ["N", width])
               for name, dtype, width in layout.inputs()]
     graph = helper.make_graph(g.nodes, f"ctr_{scorer.config.model}", inputs,
-                              [helper.make_tensor_value_info(OUTPUT, TensorProto.DOUBLE, ["N"])],
+                              [helper.make_tensor_value_info(name, TensorProto.DOUBLE, ["N"]) for name in outputs],
                               initializer=g.inits)
     model = helper.make_model(graph, producer_name="ctr-volcano",
                               opset_imports=[helper.make_opsetid("", OPSET),

@@ -101,7 +101,7 @@ def mixed_dims_refusal(model: str, tables: Sequence[SparseTable]) -> Optional[st
     if len(tables) < 2 or family(model).mixes_dims:
         return None
     first, odd = tables[0], tables[1]
-    others = ", ".join(f for f in FAMILIES if family(f).mixes_dims)
+    others = ", ".join(f for f in FAMILIES if family(f).mixes_dims and family(f).tasks is None)
     return (f"model {model!r} needs one embedding_dim for every categorical feature, but feature "
             f"{odd.features[0]!r} has embedding_dim {odd.dim} and {first.features[0]!r} has {first.dim}: "
             f"give every categorical feature embedding_dim {first.dim}, or train model {others}")

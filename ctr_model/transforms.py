@@ -303,6 +303,6 @@ def output_schema(spec: FeatureSpec) -> Any:
     :func:`ctr_model.features.arrow_schema`."""
     import pyarrow as pa
 
-    return pa.schema([(spec.label, pa.int8())] + [(d.name, pa.float32()) for d in spec.dense]
+    return pa.schema([(name, pa.int8()) for name in spec.task_labels] + [(d.name, pa.float32()) for d in spec.dense]
                      + [(c.name, pa.list_(pa.int64()) if c.multivalued else pa.int64())
                         for c in spec.categorical])

@@ -98,7 +98,11 @@ print(json.dumps(results))
 """
 
 
-@pytest.mark.parametrize("model", FAMILIES)
+#: the single-task families (the multi-task ones take several labels: tests/test_multitask.py)
+SINGLE_TASK = [f for f in FAMILIES if family(f).tasks is None]
+
+
+@pytest.mark.parametrize("model", SINGLE_TASK)
 def test_every_family_builds_scores_and_exports_any_spec(model):
     cfg = {"model": model, "fc_sizes": [8, 4], "hash_buckets": 300, "base_rate": 0.2}
     if model == "dcn_v2":

@@ -78,7 +78,7 @@ def test_numpy_scorer_is_the_paddle_program(model, model_config):
 def test_model_config_is_validated_once_naming_the_key_and_the_fix():
     assert TrainConfig().model == "dnn" and TrainConfig().model_config == {}
     assert TrainConfig(model="dcn_v2").model_config == {"cross_layers": 1, "low_rank": 32}
-    cases = [({"model": "xdeepfm"}, "config.model='xdeepfm': use one of dnn, wide_deep, deepfm, dcn_v2"),
+    cases = [({"model": "xdeepfm"}, "config.model='xdeepfm': use one of dnn, wide_deep, deepfm, dcn_v2, esmm, mmoe"),
              ({"model": "dcn_v2", "model_config": {"cross_layer": 2}},
               "config.model_config.cross_layer=2: not a key of model 'dcn_v2'; its keys are: "
               "cross_layers (default 1), low_rank (default 32)"),
@@ -113,7 +113,7 @@ def test_warm_start_from_another_family_or_shape_is_refused_in_one_line():
 
 
 def test_every_family_is_listed():
-    assert FAMILIES == ("dnn", "wide_deep", "deepfm", "dcn_v2")
+    assert FAMILIES == ("dnn", "wide_deep", "deepfm", "dcn_v2", "esmm", "mmoe")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 
-from ctr_model.models import FAMILIES
+from ctr_model.models import FAMILIES, family
 
 #: Avazu's layout, smaller: its label, id and hour, and seven of its categorical columns.
 SPEC = {"format": "csv", "header": True, "label": "click", "ignore": ["id", "hour"], "hash_buckets": 16384,
@@ -76,8 +76,12 @@ def _batch_losses(log_path: str) -> list:
         return [float(m) for m in re.findall(r"batch: \[\d+\], loss\[1\]:\[([0-9.]+)\]", fh.read())]
 
 
+#: the single-task families (one label per layout here; the multi-task ones: tests/test_multitask.py)
+SINGLE_TASK = [f for f in FAMILIES if family(f).tasks is None]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize("model", SINGLE_TASK)
 def test_every_family_trains_a_log_without_a_numeric_column(avazu_prep, model, tmp_path, capsys):
     from ctr_volcano.app.cli.main import main
 
@@ -170,7 +174,7 @@ def floats_prep(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize("model", SINGLE_TASK)
 def test_every_family_trains_a_log_without_a_categorical_column_written_by_pandas(floats_prep, model, tmp_path,
                                                                                  capsys):
     from ctr_volcano.app.cli.main import main
@@ -236,7 +240,7 @@ def din_prep(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize("model", SINGLE_TASK)
 def test_every_family_trains_the_din_layout_with_a_history_and_no_numeric_column(din_prep, model, tmp_path,
                                                                                   capsys):
     from ctr_volcano.app.cli.main import main

@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping
 
-__all__ = ["FAMILIES", "Family", "family", "validate_model_config"]
+__all__ = ["FAMILIES", "MULTI_TASK", "Family", "family", "validate_model_config"]
 
 #: The families, the default first.
-FAMILIES = ("dnn", "wide_deep", "deepfm", "dcn_v2")
+FAMILIES = ("dnn", "wide_deep", "deepfm", "dcn_v2", "esmm", "mmoe")
+#: The families that train several labels at once (a spec's ``labels``), :mod:`.multitask`.
+MULTI_TASK = ("esmm", "mmoe")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class Family:
             (``embs``: one ``[n, table_width(dim)]`` array per slot).
         mixes_dims: whether slots of different ``embedding_dim`` can feed it (``deepfm``'s
             second-order term takes inner products of every pair of slots: one width).
+        tasks: a multi-task family's :class:`~ctr_model.models.multitask.Tasks` (``build`` then
+            returns one probability ``[-1, 1]`` per task and ``logits`` ``[n, tasks]`` probabilities;
+            :mod:`ctr_model.models.multitask`); ``None``: one task.
     """
 
     name: str
@@ -52,6 +57,7 @@ class Family:
     dense_names: Callable[..., List[str]]
     logits: Callable[..., Any]
     mixes_dims: bool = True
+    tasks: Any = None
 
 
 def family(name: str) -> Family:

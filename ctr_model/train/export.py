@@ -77,8 +77,10 @@ def _write_export(spec: RoleSpec, config: TrainConfig, fleet: Any, last: ckpt.Ch
         meta["feature_spec"] = features.to_dict()   # the scorer's and warm start's layout
     write_json(os.path.join(model_dir, MODEL_META), meta, indent=1, sort_keys=True)
     from ctr_model.calibrate import calibrate_export
+    from ctr_model.calibrate_tasks import calibrate_tasks
 
-    meta["calibration"] = calibrate_export(model_dir, train_files)
+    several = features is not None and len(features.task_labels) > 1   # one output bias per task
+    meta["calibration"] = (calibrate_tasks if several else calibrate_export)(model_dir, train_files)
     write_json(os.path.join(model_dir, MODEL_META), meta, indent=1, sort_keys=True)
     say(spec, f"calibrated the output bias on the training split: {meta['calibration']}")
     _export_onnx(spec, model_dir)

@@ -16,7 +16,7 @@ from ctr_model.data import resolve_split, trainable_features
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.train.peers import wait_for_peers
 
-__all__ = ["build", "pull_dense", "data_features", "with_features", "LOSS_SUM"]
+__all__ = ["build", "pull_dense", "data_features", "with_features", "with_tasks", "LOSS_SUM"]
 
 #: Persistable accumulator of the summed loss, read by the progress thread.
 LOSS_SUM = "ctr_loss_sum"
@@ -92,6 +92,7 @@ def with_features(config: TrainConfig, features: Optional[FeatureSpec]) -> Train
     Raises:
         ConfigError: the model family cannot mix the spec's widths (``deepfm``), naming a feature.
     """
+    config = with_tasks(config, features)
     if features is None or not features.categorical:
         return config
     from ctr_model.sparse_tables import mixed_dims_refusal, sparse_tables
@@ -100,3 +101,24 @@ def with_features(config: TrainConfig, features: Optional[FeatureSpec]) -> Train
     if refusal:
         raise ConfigError("model", config.model, refusal)
     return config.replace(embedding_dim=features.categorical[0].embedding_dim)
+
+
+def with_tasks(config: TrainConfig, features: Optional[FeatureSpec]) -> TrainConfig:
+    """The config of a multi-task family with ``model_config.tasks`` the spec's number of labels; a
+    family that cannot train the data's labels refused (one line: the model, why, the fix).
+
+    Raises:
+        ConfigError: a single-task family on several labels, or a multi-task family on labels it
+            cannot train (one label, a task without the parent it needs, more than it takes).
+    """
+    from ctr_model.models import family
+    from ctr_model.models.multitask import tasks_refusal
+    from ctr_model.net import task_labels
+
+    labels = task_labels(features)
+    refusal = tasks_refusal(config.model, labels, features.parents if features else {})
+    if refusal:
+        raise ConfigError("model", config.model, refusal)
+    if family(config.model).tasks is None:
+        return config
+    return config.replace(model_config={**config.model_config, "tasks": len(labels)})

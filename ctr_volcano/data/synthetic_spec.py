@@ -14,6 +14,14 @@ with Zipf-like frequencies and a normal weight each, 3% empty; a multi-valued fe
 ids and adds the mean of their weights (so ``mean`` pooling can represent it exactly). The log-odds
 spread is normalised (oracle AUC about 0.78) and the intercept set for a ~25% click rate.
 Deterministic for a seed.
+
+A spec with several ``labels`` gets one planted task each. The first is the click above. Every later
+task has its own signal: its own normal weight per categorical id (the same draws of the ids), the
+same spread, and a rate of :data:`TASK_RATE`; a task declared ``depends_on`` a parent (a purchase after
+a click) is drawn only where the parent is 1, with that rate among those rows, so its impression
+probability is the product of the two. ``oracle.json`` then also holds ``tasks``: per task the AUC
+and logloss of its true impression probabilities and, for a dependent task, of its true conditional
+probabilities over the rows where the parent is 1 (``after_<parent>``).
 """
 from __future__ import annotations
 
@@ -35,6 +43,8 @@ ORACLE_FILE = "oracle.json"
 #: Ids per categorical feature.
 VOCAB = 300
 _SPREAD = 1.6     # standard deviation of the planted log-odds
+#: The rate of each task after the first (among its parent's 1s for a dependent task).
+TASK_RATE = 0.2
 
 
 def _planted(spec: FeatureSpec, seed: int) -> Dict[str, np.ndarray]:
@@ -87,22 +97,79 @@ def _labels(logit: np.ndarray, rng: np.random.Generator, scale: float, bias: flo
     return (rng.random(p.size) < p).astype(np.int8), p
 
 
-def _calibrate(logit: np.ndarray) -> Tuple[float, float]:
-    """(scale, bias) for a log-odds spread of :data:`_SPREAD` and a ~25% click rate."""
+def _calibrate(logit: np.ndarray, rate: float = 0.25) -> Tuple[float, float]:
+    """(scale, bias) for a log-odds spread of :data:`_SPREAD` and a ~``rate`` positive rate."""
     scale = _SPREAD / (logit.std() or 1.0)
     z = logit * scale
     lo, hi = -10.0, 10.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if np.mean(1.0 / (1.0 + np.exp(-(z + mid)))) < 0.25:
+        if np.mean(1.0 / (1.0 + np.exp(-(z + mid)))) < rate:
             lo = mid
         else:
             hi = mid
     return float(scale), float((lo + hi) / 2)
 
 
+def _task_logit(spec: FeatureSpec, weights: Dict[str, np.ndarray], raw: Dict[str, Any]) -> np.ndarray:
+    """A later task's un-normalised log-odds: its own weight per categorical id of the drawn rows."""
+    n = len(next(iter(raw.values())))
+    logit = np.zeros(n)
+    for c in spec.categorical:
+        w = weights[c.name]
+        if c.multivalued:
+            logit += np.array([w[ids].mean() * 1.5 if len(ids) else 0.0 for ids in raw[c.name]])
+        else:
+            logit += np.where(raw[c.name] < 0, 0.0, w[np.maximum(raw[c.name], 0)])
+    return logit
+
+
+class _Tasks:
+    """The planted tasks after the first (see the module docstring): their weights, calibrated once."""
+
+    def __init__(self, spec: FeatureSpec, seed: int, probe_raw: Dict[str, Any]):
+        self.spec, self.parents = spec, spec.parents
+        self.weights, self.calibration = [], []
+        for t in range(1, len(spec.task_labels)):
+            rng = np.random.default_rng([seed, 11, t])
+            w = {c.name: rng.normal(size=VOCAB) for c in spec.categorical}
+            self.weights.append(w)
+            self.calibration.append(_calibrate(_task_logit(spec, w, probe_raw), TASK_RATE))
+
+    def draw(self, raw: Dict[str, Any], click: np.ndarray, p_click: np.ndarray, rng: np.random.Generator
+             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(labels [n, tasks], impression probabilities [n, tasks], conditional ones [n, tasks])."""
+        names = self.spec.task_labels
+        labels, p, q = [click], [p_click], [p_click]
+        for t in range(1, len(names)):
+            scale, bias = self.calibration[t - 1]
+            qt = 1.0 / (1.0 + np.exp(-(_task_logit(self.spec, self.weights[t - 1], raw) * scale + bias)))
+            drawn = (rng.random(qt.size) < qt).astype(np.int8)
+            parent = names.index(self.parents[names[t]]) if names[t] in self.parents else None
+            labels.append(drawn if parent is None else drawn * labels[parent])
+            p.append(qt if parent is None else qt * p[parent])
+            q.append(qt)
+        return np.stack(labels, axis=1), np.stack(p, axis=1), np.stack(q, axis=1)
+
+    def oracle(self, labels: np.ndarray, p: np.ndarray, q: np.ndarray) -> Dict[str, Any]:
+        """Per task: AUC and logloss of the true probabilities (see the module docstring)."""
+        names = self.spec.task_labels
+        out: Dict[str, Dict[str, Any]] = {}
+        for t, name in enumerate(names):
+            out[name] = {"auc": round(metrics.auc(labels[:, t], p[:, t]), 6),
+                         "logloss": round(metrics.logloss(labels[:, t], p[:, t]), 6),
+                         "positive_rate": round(float(labels[:, t].mean()), 6)}
+            if name in self.parents:
+                parent = self.parents[name]
+                seen = labels[:, names.index(parent)] == 1
+                out[name][f"after_{parent}"] = {"auc": round(metrics.auc(labels[seen, t], q[seen, t]), 6),
+                                                "rows": int(seen.sum())}
+        return out
+
+
 def _text_table(spec: FeatureSpec, raw: Dict[str, Any], labels: np.ndarray) -> Dict[str, List[str]]:
-    cols: Dict[str, List[str]] = {spec.label: [str(int(v)) for v in labels]}
+    cols: Dict[str, List[str]] = {name: [str(int(v)) for v in labels[:, k]]
+                                  for k, name in enumerate(spec.task_labels)}
     for d in spec.dense:
         cols[d.name] = ["" if np.isnan(v) else (str(int(v)) if d.transform == "criteo" else repr(float(v)))
                         for v in raw[d.name]]
@@ -112,7 +179,7 @@ def _text_table(spec: FeatureSpec, raw: Dict[str, Any], labels: np.ndarray) -> D
         else:
             cols[c.name] = ["" if k < 0 else f"{c.name}_{k}" for k in raw[c.name]]
     for name in spec.ignore:
-        cols[name] = ["0"] * labels.size
+        cols[name] = ["0"] * len(labels)
     return cols
 
 
@@ -129,7 +196,7 @@ def _write_parquet(spec: FeatureSpec, raw: Dict[str, Any], labels: np.ndarray, p
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols: Dict[str, Any] = {spec.label: pa.array(labels.astype(np.int64))}
+    cols: Dict[str, Any] = {name: pa.array(labels[:, k].astype(np.int64)) for k, name in enumerate(spec.task_labels)}
     for d in spec.dense:
         cols[d.name] = pa.array(raw[d.name], from_pandas=True)
     for c in spec.categorical:
@@ -139,7 +206,7 @@ def _write_parquet(spec: FeatureSpec, raw: Dict[str, Any], labels: np.ndarray, p
         else:
             cols[c.name] = pa.array([None if k < 0 else int(k) for k in raw[c.name]], pa.int64())
     for name in spec.ignore:
-        cols[name] = pa.array(np.zeros(labels.size, dtype=np.int64))
+        cols[name] = pa.array(np.zeros(len(labels), dtype=np.int64))
     pq.write_table(pa.table(cols), path, row_group_size=65_536)
 
 
@@ -159,13 +226,15 @@ def generate_spec(out_dir: str, spec: FeatureSpec, rows: int, seed: int = 0, fil
     model = _planted(spec, seed)
     probe_raw, probe_logit = _draw(spec, model, np.random.default_rng([seed, 1]), 20_000)
     scale, bias = _calibrate(probe_logit)
+    tasks = _Tasks(spec, seed, probe_raw)
     os.makedirs(out_dir, exist_ok=True)
     ext = {"csv": "csv", "tsv": "tsv", "parquet": "parquet"}[spec.format]
     rng = np.random.default_rng([seed, 2])
     names = []
     for k, n in enumerate(np.diff(np.linspace(0, rows, files + 1).astype(np.int64))):
         raw, logit = _draw(spec, model, rng, int(n))
-        labels, _ = _labels(logit, rng, scale, bias)
+        click, p_click = _labels(logit, rng, scale, bias)
+        labels = tasks.draw(raw, click, p_click, rng)[0]
         path = os.path.join(out_dir, f"part-{k:05d}.{ext}")
         if spec.format == "parquet":
             _write_parquet(spec, raw, labels, path)
@@ -173,12 +242,15 @@ def generate_spec(out_dir: str, spec: FeatureSpec, rows: int, seed: int = 0, fil
             _write_text(spec, _text_table(spec, raw, labels), path)
         names.append(os.path.basename(path))
     fresh = np.random.default_rng([seed, 3])
-    _, logit = _draw(spec, model, fresh, int(oracle_rows))
+    fresh_raw, logit = _draw(spec, model, fresh, int(oracle_rows))
     labels, p = _labels(logit, fresh, scale, bias)
+    all_labels, all_p, all_q = tasks.draw(fresh_raw, labels, p, fresh)
     oracle = {"auc": round(metrics.auc(labels, p), 6), "logloss": round(metrics.logloss(labels, p), 6),
               "positive_rate": round(float(labels.mean()), 6), "oracle_sample_rows": int(oracle_rows),
               "rows": int(rows), "seed": int(seed), "files": names, "feature_spec": spec.to_dict(),
               "note": "AUC/logloss of the true click probabilities on a fresh sample: the best any "
                       "learner can do on this data"}
+    if len(spec.task_labels) > 1:
+        oracle["tasks"] = tasks.oracle(all_labels, all_p, all_q)
     write_json(os.path.join(out_dir, ORACLE_FILE), oracle, sort_keys=True)
     return json.loads(json.dumps(oracle))

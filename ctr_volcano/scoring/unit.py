@@ -110,7 +110,7 @@ def _score_batch(spec: FeatureSpec, session: Any, table: Any, with_label: bool, 
     probability = session.run([PROBABILITY], feeds(layout_of(spec), prepped))[0].astype(np.float64)
     tally.scored += len(probability)
     if with_label:
-        tally.labels.append(label[keep])
+        tally.labels.append(label[keep, 0])   # the first task's label: the one probability scores
         tally.probs.append(probability)
     kept = table.select(list(keep_cols)).filter(pa.array(keep))
     return kept.append_column(PROBABILITY, pa.array(probability, pa.float64()))

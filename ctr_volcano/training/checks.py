@@ -73,6 +73,10 @@ def _check_dims(model: str, features: Any) -> None:
     from ctr_model.sparse_tables import mixed_dims_refusal, sparse_tables
 
     refusal = mixed_dims_refusal(model, sparse_tables(features, 1))
+    if refusal is None and features is not None and not features.is_criteo:
+        from ctr_model.models.multitask import tasks_refusal
+
+        refusal = tasks_refusal(model, features.task_labels, features.parents)
     if refusal:
         raise BadInput("config.model", model, refusal)
 

@@ -168,7 +168,7 @@ def check_files(spec: FeatureSpec, files: Sequence[str]) -> None:
         names = file_columns(spec, path)
         for name in spec.output_columns:
             if name not in names:
-                what = "label" if name == spec.label else "feature"
+                what = "label" if name in spec.task_labels else "feature"
                 raise BadInput("feature_spec", name, f"{path} has no {what} column {name!r} ({closest(name, names)}"
                                f"its columns: {listed(names)}); fix the name in the spec")
         extra = [n for n in names if n not in roles]
@@ -226,8 +226,8 @@ def _batches(spec: FeatureSpec, path: str, columns: Optional[Sequence[str]] = No
 
 def _clean(spec: FeatureSpec, table: Any, with_label: bool = True
            ) -> Tuple[np.ndarray, list, Dict[str, np.ndarray], np.ndarray]:
-    """(keep mask, [(row, category, detail)], raw dense columns, label) of one batch; without the
-    label (candidates to score) the label is all 0 and not checked."""
+    """(keep mask, [(row, category, detail)], raw dense columns, labels ``[n, tasks]``) of one
+    batch; without the labels (candidates to score) they are all 0 and not checked."""
     import pyarrow.compute as pc
 
     n = table.num_rows
@@ -239,10 +239,10 @@ def _clean(spec: FeatureSpec, table: Any, with_label: bool = True
     if len(spec.output_columns) > 1 and all_null.any():
         reasons += [(int(i), "empty line", "empty line") for i in np.flatnonzero(all_null)]
         keep &= ~all_null
-    label, ok = parse_label_column(table.column(spec.label)) if with_label else (np.zeros(n, dtype=np.int8), keep)
-    for i in np.flatnonzero(keep & ~ok):
-        value = table.column(spec.label)[int(i)].as_py()
-        reasons.append((int(i), "label not 0/1", f"label not 0/1 (nor 0.0/1.0): {str(value)[:40]!r}"))
+    if with_label:
+        label, ok = _labels(spec, table, reasons, keep)
+    else:
+        label, ok = np.zeros((n, len(spec.task_labels)), dtype=np.int8), np.ones(n, dtype=bool)
     keep &= ok
     raw: Dict[str, np.ndarray] = {}
     for d in spec.dense:
@@ -254,6 +254,29 @@ def _clean(spec: FeatureSpec, table: Any, with_label: bool = True
     return keep, reasons, raw, label
 
 
+def _labels(spec: FeatureSpec, table: Any, reasons: list, keep: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(labels int8 ``[n, tasks]``, ok) of a batch: every label 0/1, and a task that depends on
+    another (``depends_on``) 1 only where its parent is 1 (else the row is a reject with its reason)."""
+    names = spec.task_labels
+    labels = np.zeros((table.num_rows, len(names)), dtype=np.int8)
+    ok_all = np.ones(table.num_rows, dtype=bool)
+    for k, name in enumerate(names):
+        labels[:, k], ok = parse_label_column(table.column(name))
+        for i in np.flatnonzero(keep & ok_all & ~ok):
+            value = table.column(name)[int(i)].as_py()
+            what = "label" if len(names) == 1 else f"label {name}"
+            reasons.append((int(i), "label not 0/1", f"{what} not 0/1 (nor 0.0/1.0): {str(value)[:40]!r}"))
+        ok_all &= ok
+    for task, parent in spec.depends_on:
+        t, p = names.index(task), names.index(parent)
+        orphan = (labels[:, t] == 1) & (labels[:, p] == 0)
+        for i in np.flatnonzero(keep & ok_all & orphan):
+            reasons.append((int(i), "task without its parent", f"{task}=1 where {parent}=0: {task} is "
+                            f"counted only after {parent} (depends_on)"))
+        ok_all &= ~orphan
+    return labels, ok_all
+
+
 def _transform(spec: FeatureSpec, table: Any, keep: np.ndarray, raw: Dict[str, np.ndarray],
                label: np.ndarray) -> Tuple[Any, np.ndarray]:
     """The kept rows in prep's output schema, and per-feature missing counts."""
@@ -261,7 +284,7 @@ def _transform(spec: FeatureSpec, table: Any, keep: np.ndarray, raw: Dict[str, n
 
     mask = pa.array(keep)
     missing = np.zeros(len(spec.dense) + len(spec.categorical), dtype=np.int64)
-    cols: List[Any] = [pa.array(label[keep])]
+    cols: List[Any] = [pa.array(label[keep, k]) for k in range(label.shape[1])]
     for k, d in enumerate(spec.dense):
         x = raw[d.name][keep]
         missing[k] = int(np.count_nonzero(np.isnan(x)))
@@ -310,7 +333,7 @@ def _standardized(spec: FeatureSpec, files: Sequence[str]) -> FeatureSpec:
     sums = {d.name: np.zeros(3) for d in todo}   # count, sum, sum of squares (after fill)
     # Which rows are kept depends on the label and the dense values only: a line whose features
     # are all empty has an empty label, a reject either way. So this pass converts those alone.
-    columns = [spec.label] + [d.name for d in spec.dense]
+    columns = list(spec.task_labels) + [d.name for d in spec.dense]
     for path in files:
         for table, _ in _batches(spec, path, columns):
             if table is None:
