@@ -66,6 +66,8 @@ COMBOS = [
     ("explicit-dirs", ["--data-dir", "/data/prep", "--output-dir", "/data/out"]),
     ("object-store", ["--artifact-store", "s3", "--s3-secret", "store-creds", "--s3-endpoint",
                       "https://s3.example.internal:443", "--s3-root", "s3://ml/runs"]),
+    ("topology-hard", ["--network-topology", "hard", "--highest-tier-allowed", "1"]),
+    ("topology-soft", ["--network-topology", "soft"]),
     ("training-params", ["--epochs", "5", "--batch-size", "1024", "--lr", "0.01"]),
     ("everything", ["--pservers", "3", "--trainers", "5", "--queue", "q1", "--priority-class", "p1",
                     "--gpus", "1", "--node-selector", "a=b", "--tolerations", TOL, "--affinity", AFF,
@@ -140,6 +142,44 @@ def test_specific_fields_land_where_volcano_reads_them(capsys, crd):
     from ctr_volcano.training.params import StepParams
 
     assert json.loads(next(e["value"] for e in env if e["name"] == "CTR_TRAIN_CONFIG"))["epochs"] == StepParams().epochs
+
+
+def test_network_topology_lands_on_the_job_for_the_whole_gang(capsys, crd):
+    """The Job's ``networkTopology`` (Volcano's job controller copies it onto the PodGroup), checked
+    against the real CRD: a misspelt key would be reported as pruned."""
+    hard = render(capsys, ["--name", "ctr-t", "--network-topology", "hard", "--highest-tier-allowed", "2",
+                           "--check-crd", crd])
+    assert hard["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 2}
+    assert validate_against_crd(hard, crd) == []
+    assert all("partitionPolicy" not in t for t in hard["spec"]["tasks"])
+    soft = render(capsys, ["--name", "ctr-t", "--network-topology", "soft"])
+    assert soft["spec"]["networkTopology"] == {"mode": "soft"}
+    assert "networkTopology" not in render(capsys, ["--name", "ctr-t"])["spec"]
+    typo = copy.deepcopy(hard)
+    typo["spec"]["networkTopology"]["highestTierAlowed"] = 1
+    assert any("highestTierAlowed" in p for p in validate_against_crd(typo, crd))
+    typo["spec"]["networkTopology"] = {"mode": "rack"}
+    assert any("networkTopology" in p for p in validate_against_crd(typo, crd))
+
+
+@pytest.mark.parametrize("argv, flag, fix", [
+    (["--network-topology", "hard"], "--highest-tier-allowed", "Volcano ignores"),
+    (["--network-topology", "soft", "--highest-tier-allowed", "1"], "--highest-tier-allowed", '"hard"'),
+    (["--highest-tier-allowed", "1"], "--highest-tier-allowed", '"hard"'),
+    (["--network-topology", "hard", "--highest-tier-allowed", "0"], "--highest-tier-allowed", ">= 1"),
+])
+def test_bad_network_topology_is_one_line_naming_the_flag(capsys, argv, flag, fix):
+    rc = cli_main(["render-job", "--namespace", "ml", "--name", "ctr-x", "--pvc-name", "c"] + argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert flag in err and fix in err
+
+
+def test_bad_network_topology_mode_is_refused_by_the_spec_too():
+    with pytest.raises(BadInput) as exc:
+        TrainJobSpec(name="ctr-ok", namespace="ml", image="i:1", data_dir="/d", output_dir="/o",
+                     network_topology="rack")
+    assert exc.value.field == "network_topology" and "hard, soft" in str(exc.value)
 
 
 def _valid_job():

@@ -27,7 +27,7 @@ from ctr_volcano.training.store_access import KFP_ARTIFACT_ENDPOINT, KFP_ARTIFAC
 from ctr_volcano.training.task_config import EMPTY, MIN_KFP_BACKEND, TaskPodConfig
 
 __all__ = ["StepParams", "BACKENDS", "ARTIFACT_STORES", "DEFAULT_STALL_TIMEOUT_S", "DEFAULT_POLL_S",
-           "DEFAULT_EXPLAIN_EVERY_S", "DEFAULT_SCHEDULE_TIMEOUT_S", "DEFAULT_TTL_S", "DEFAULT_TASK_NAME",
+           "DEFAULT_EXPLAIN_EVERY_S", "TOPOLOGY_MODES", "check_network_topology", "DEFAULT_SCHEDULE_TIMEOUT_S", "DEFAULT_TTL_S", "DEFAULT_TASK_NAME",
            "PVC_MOUNT_PATH", "DEFAULT_PVC_NAME", "KfpParameter", "step_fields", "value_type", "nullable_fields",
            "kfp_parameters", "kfp_doc",
            "train_config_of", "checked_train_config", "local_store_env"]
@@ -52,6 +52,8 @@ PVC_MOUNT_PATH = "/mnt/ctr"
 DEFAULT_PVC_NAME = "ctr-data"
 
 BACKENDS = ("local", "volcano")
+#: Volcano's ``networkTopology.mode`` values (batch.volcano.sh/v1alpha1 Job, Volcano >= 1.12).
+TOPOLOGY_MODES = ("hard", "soft")
 #: How the Volcano gang gets its data and hands its model back: a shared ReadWriteMany claim, or the
 #: object store (S3 API, credentials from a Secret by reference).
 ARTIFACT_STORES = ("pvc", "s3")
@@ -120,6 +122,14 @@ class StepParams:
     queue: str = _param("default", "the Volcano queue the gang is submitted to", scope="volcano", pipeline=True)
     priority_class: Optional[str] = _param(None, "a Kubernetes PriorityClass for the gang's pods", scope="volcano",
                                            pipeline=True, unset="the cluster's default")
+    network_topology: Optional[str] = _param(
+        None, 'Volcano\'s network-topology-aware placement of the whole gang (pservers with their trainers; '
+        'the Job\'s networkTopology.mode, HyperNodes needed): "hard" (only within one HyperNode of tier '
+        'highest_tier_allowed or lower; the gang waits otherwise) or "soft" (as close as fits, placed anyway)',
+        scope="volcano", pipeline=True, choices=TOPOLOGY_MODES, unset="no constraint")
+    highest_tier_allowed: Optional[int] = _param(
+        None, 'with network_topology "hard": the highest HyperNode tier the gang may span (1: one leaf '
+        'group, e.g. one rack or switch)', scope="volcano", pipeline=True, metavar="TIER", unset="none")
     artifact_store: str = _param(
         "pvc", 'how data and model travel between the training step and its gang: "pvc" (a shared ReadWriteMany '
         'volume: the run workspace or pvc_name) or "s3" (the object store, no shared volume)',
@@ -221,6 +231,7 @@ class StepParams:
                            "use a positive number of seconds (trainers log progress every 10 s)")
         if self.poll_s <= 0 or self.explain_every_s <= 0:
             raise BadInput("poll_s", self.poll_s, "use positive intervals")
+        check_network_topology(self.network_topology, self.highest_tier_allowed)
         if not isinstance(self.task_config, TaskPodConfig):
             raise BadInput("task_config", self.task_config, "pass TaskPodConfig.from_kfp(task_config)")
         if self.workspace_path is not None and not str(self.workspace_path).startswith("/"):
@@ -383,6 +394,25 @@ def kfp_doc(f: Field, note: Optional[str] = None, unset: bool = True) -> str:
     if unset and meta.get("unset"):
         text += f"; empty means {meta['unset']}"
     return text + (f"; {note}" if note else "") + "."
+
+
+def check_network_topology(mode: Optional[str], tier: Optional[int]) -> None:
+    """Refuse a topology Volcano 1.15 would ignore or reject (:class:`BadInput`, one line).
+
+    Volcano treats ``hard`` without ``highestTierAllowed`` as no constraint (``JobInfo.
+    IsHardTopologyMode``) and replaces a ``soft`` job's tier with the cluster's top tier
+    (``convertSoftToHardTopology``), so both would be silently ignored.
+    """
+    if mode is not None and mode not in TOPOLOGY_MODES:
+        raise BadInput("network_topology", mode, f"use one of {', '.join(TOPOLOGY_MODES)}, or leave it empty")
+    if tier is not None and not is_int(tier, 1):
+        raise BadInput("highest_tier_allowed", tier, "use a HyperNode tier >= 1 (1: one leaf group)")
+    if mode == "hard" and tier is None:
+        raise BadInput("highest_tier_allowed", tier, 'set the tier the gang may span (1: one leaf group): '
+                                                     'Volcano ignores network_topology "hard" without it')
+    if mode != "hard" and tier is not None:
+        raise BadInput("highest_tier_allowed", tier, 'use it with network_topology "hard" (Volcano ignores '
+                                                     'a tier on "soft"), or leave it empty')
 
 
 def _model_config_json(text: str) -> Any:

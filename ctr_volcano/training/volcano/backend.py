@@ -58,6 +58,7 @@ def build_spec(params: StepParams, data_dir: str, output_dir: str, name: Optiona
         pserver_resources=pserver_resources,
         trainer_resources=trainer_resources,
         queue=params.queue, priority_class=params.priority_class, max_retry=params.max_retry,
+        network_topology=params.network_topology, highest_tier_allowed=params.highest_tier_allowed,
         ttl_seconds_after_finished=params.ttl_seconds_after_finished,
         schedule_timeout_s=params.schedule_timeout_s, stall_timeout_s=params.stall_timeout_s,
         service_account=params.service_account,

@@ -248,6 +248,11 @@ def build_job(spec: TrainJobSpec) -> Dict[str, Any]:
     }
     if spec.priority_class:
         job_spec["priorityClassName"] = spec.priority_class
+    if spec.network_topology:
+        # the whole gang: pservers with their trainers (per-task partitionPolicy would split a task)
+        job_spec["networkTopology"] = {"mode": spec.network_topology}
+        if spec.highest_tier_allowed is not None:
+            job_spec["networkTopology"]["highestTierAllowed"] = spec.highest_tier_allowed
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     metadata: Dict[str, Any] = {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)}

@@ -15,7 +15,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ctr_model.checks import is_int, is_positive
 from ctr_model.defaults import DEFAULT_GLOO_PORT, DEFAULT_PS_PORT
 from ctr_volcano.errors import BadInput
-from ctr_volcano.training.params import DEFAULT_SCHEDULE_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S, DEFAULT_TTL_S
+from ctr_volcano.training.params import (
+    DEFAULT_SCHEDULE_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_TTL_S,
+    check_network_topology,
+)
 from ctr_volcano.training.store_access import SCRATCH_MOUNT, ObjectStore, SecretEnv
 from ctr_volcano.training.task_config import RESERVED_ENV_PREFIXES, TaskPodConfig
 from ctr_volcano.util.k8s_syntax import (
@@ -143,6 +148,9 @@ class TrainJobSpec:
         trainer_resources: requests/limits of each trainer pod.
         queue: the Volcano queue (must exist and be Open).
         priority_class: a PriorityClass name; ``None`` for the cluster default.
+        network_topology: ``"hard"`` or ``"soft"``: the Job's ``networkTopology.mode`` (the whole
+            gang within one HyperNode); ``None`` for no constraint.
+        highest_tier_allowed: the highest HyperNode tier a ``hard`` gang may span.
         max_retry: how many times the whole gang is restarted after a pod fails or is evicted
             (a lost node, a drain); restarts after the scheduler evicted the gang to make room for
             another (preemption, reclaim) are not counted (:mod:`~ctr_volcano.training.volcano.preemption`).
@@ -196,6 +204,8 @@ class TrainJobSpec:
     trainer_resources: Resources = field(default_factory=Resources)
     queue: str = "default"
     priority_class: Optional[str] = None
+    network_topology: Optional[str] = None
+    highest_tier_allowed: Optional[int] = None
     max_retry: int = 2
     ttl_seconds_after_finished: Optional[int] = DEFAULT_TTL_S
     schedule_timeout_s: int = DEFAULT_SCHEDULE_TIMEOUT_S
@@ -295,6 +305,7 @@ class TrainJobSpec:
             raise BadInput("queue", self.queue, "'root' is not a leaf queue; use 'default' or a child queue")
         if self.priority_class is not None and not is_dns1123_subdomain(self.priority_class):
             raise BadInput("priority_class", self.priority_class, "name an existing PriorityClass or leave it empty")
+        check_network_topology(self.network_topology, self.highest_tier_allowed)
         if not is_int(self.max_retry, 0, 100):
             raise BadInput("max_retry", self.max_retry, "use a whole number of restarts between 0 and 100")
         if self.ttl_seconds_after_finished is not None and not is_int(self.ttl_seconds_after_finished, 0):
