@@ -148,6 +148,17 @@ def _callees(tree: ast.AST, scope: Dict[str, Any]) -> Iterator[Any]:
             yield value
 
 
+def _module_targets(name: str) -> List[Any]:
+    """What ``python -m name`` runs: the module, or for a package its ``__main__`` as well (imported
+    under its own name, so its ``if __name__ == "__main__"`` block does not run)."""
+    import importlib.util
+
+    module = importlib.import_module(name)
+    if hasattr(module, "__path__") and importlib.util.find_spec(f"{name}.__main__") is not None:
+        return [module, importlib.import_module(f"{name}.__main__")]
+    return [module]
+
+
 def _verb_handler(script: str, verb: str) -> Any:
     """The function a console script's argparse parser dispatches ``verb`` to."""
     (ep,) = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == script]
@@ -179,7 +190,7 @@ def check(entries: Sequence[str], ours: Sequence[str]) -> Dict[str, Any]:
         kind, _, what = entry.partition(":")
         try:
             if kind == "module":
-                targets: List[Any] = [importlib.import_module(what)]
+                targets: List[Any] = _module_targets(what)
             elif kind == "verb":
                 targets = [_verb_handler(*what.split(" ", 1))]
             elif kind == "components":
