@@ -56,18 +56,47 @@ def _entropy(rate: float) -> float:
 
 @pytest.fixture(scope="module")
 def avazu_prep(tmp_path_factory):
-    from ctr_volcano.app.cli.main import main
 
     root = tmp_path_factory.mktemp("avazu")
     write_avazu_like(str(root / "train.csv"), 5000, seed=0)
-    (root / "spec.json").write_text(json.dumps(SPEC))
-    (root / "config.json").write_text(json.dumps(CONFIG))
-    assert main(["prep", "--feature-spec", str(root / "spec.json"), "--input", str(root / "train.csv"),
-                 "--out", str(root / "prep"), "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2",
-                 "--max-bad-fraction", "0"]) == 0
+    _prep(root, SPEC, "train.csv")
     schema = json.loads((root / "prep" / "train" / "schema.json").read_text())
     assert schema["feature_spec"]["dense"] == [] and 0.1 < schema["positive_rate"] < 0.4
     return root
+
+
+def _prep(root, spec: dict, log: str) -> None:
+    """The spec and the training config beside the log, and prep on it with not one row refused."""
+    from ctr_volcano.app.cli.main import main
+
+    (root / "spec.json").write_text(json.dumps(spec))
+    (root / "config.json").write_text(json.dumps(CONFIG))
+    assert main(["prep", "--feature-spec", str(root / "spec.json"), "--input", str(root / log),
+                 "--out", str(root / "prep"), "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2",
+                 "--max-bad-fraction", "0"]) == 0
+
+
+def _train(root, model: str, epochs: int, tmp_path, capsys, config=None) -> None:
+    """``ctr-volcano train`` of ``model`` on a real 2x2 local gang (``config``: the layout's by default)."""
+    from ctr_volcano.app.cli.main import main
+
+    config = config or root / "config.json"
+    rc = main(["train", "--data", str(root / "prep"), "--model-out", str(tmp_path / "m"), "--pservers", "2",
+               "--trainers", "2", "--epochs", str(epochs), "--config", str(config), "--model", model,
+               "--max-retry", "0", "--workdir", str(tmp_path / "w")])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+
+
+def _evaluate(root, model: str, tmp_path) -> dict:
+    """``ctr-volcano evaluate`` of the trained model on the test split: its metrics.json, which names
+    the family."""
+    from ctr_volcano.app.cli.main import main
+
+    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(root / "prep"),
+                 "--out", str(tmp_path / "eval")]) == 0
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["model"]["family"] == model
+    return metrics
 
 
 def _batch_losses(log_path: str) -> list:
@@ -83,13 +112,9 @@ SINGLE_TASK = [f for f in FAMILIES if family(f).tasks is None]
 @pytest.mark.slow
 @pytest.mark.parametrize("model", SINGLE_TASK)
 def test_every_family_trains_a_log_without_a_numeric_column(avazu_prep, model, tmp_path, capsys):
-    from ctr_volcano.app.cli.main import main
 
     root = avazu_prep
-    rc = main(["train", "--data", str(root / "prep"), "--model-out", str(tmp_path / "m"), "--pservers", "2",
-               "--trainers", "2", "--epochs", "2", "--config", str(root / "config.json"), "--model", model,
-               "--max-retry", "0", "--workdir", str(tmp_path / "w")])
-    assert rc == 0, capsys.readouterr().err[-3000:]
+    _train(root, model, 2, tmp_path, capsys)
     rate = json.loads((root / "prep" / "train" / "schema.json").read_text())["positive_rate"]
     meta = json.loads((tmp_path / "m" / "model_meta.json").read_text())
     assert meta["config"]["model"] == model and meta["config"]["base_rate"] == pytest.approx(rate, abs=1e-6)
@@ -100,10 +125,7 @@ def test_every_family_trains_a_log_without_a_numeric_column(avazu_prep, model, t
     start = float(np.mean(losses[:4]))          # before the model has learned: the constant's loss
     assert abs(start - _entropy(rate)) < 0.06, (model, start, _entropy(rate), losses[:4])
 
-    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(root / "prep"),
-                 "--out", str(tmp_path / "eval")]) == 0
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert metrics["model"]["family"] == model
+    metrics = _evaluate(root, model, tmp_path)
     assert metrics["constant_logloss"] == pytest.approx(_entropy(metrics["positive_rate"]), abs=1e-6)
     assert metrics["normalized_entropy"] == pytest.approx(metrics["logloss"] / metrics["constant_logloss"])
     assert metrics["normalized_entropy"] < 0.99 and metrics["auc"] > 0.68, (model, metrics["auc"],
@@ -122,19 +144,13 @@ def test_every_family_trains_a_log_without_a_numeric_column(avazu_prep, model, t
 
 
 @pytest.mark.slow
-def test_an_untrained_deepfm_predicts_the_click_rate(avazu_prep, tmp_path):
+def test_an_untrained_deepfm_predicts_the_click_rate(avazu_prep, tmp_path, capsys):
     """DeepFM on all-categorical data once started at a mean prediction of 0.97 on 20% clicks: with a
     learning rate too small to move anything, the exported model is the network as initialised."""
-    from ctr_volcano.app.cli.main import main
-
     root = avazu_prep
     (tmp_path / "frozen.json").write_text(json.dumps({**CONFIG, "learning_rate": 1e-9}))
-    assert main(["train", "--data", str(root / "prep"), "--model-out", str(tmp_path / "m"), "--pservers", "2",
-                 "--trainers", "2", "--epochs", "1", "--config", str(tmp_path / "frozen.json"), "--model", "deepfm",
-                 "--max-retry", "0", "--workdir", str(tmp_path / "w")]) == 0
-    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(root / "prep"),
-                 "--out", str(tmp_path / "eval")]) == 0
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    _train(root, "deepfm", 1, tmp_path, capsys, config=tmp_path / "frozen.json")
+    metrics = _evaluate(root, "deepfm", tmp_path)
     rate = json.loads((root / "prep" / "train" / "schema.json").read_text())["positive_rate"]
     assert metrics["mean_prediction"] == pytest.approx(rate, abs=0.005), (metrics["mean_prediction"], rate)
     assert metrics["normalized_entropy"] == pytest.approx(1.0, abs=0.01)
@@ -160,16 +176,11 @@ def write_pandas_floats(path: str, rows: int, seed: int = 1) -> float:
 
 @pytest.fixture(scope="module")
 def floats_prep(tmp_path_factory):
-    from ctr_volcano.app.cli.main import main
 
     root = tmp_path_factory.mktemp("floats")
     write_pandas_floats(str(root / "log.csv"), 4000)
     assert ",3.0\n" in (root / "log.csv").read_text() and "\n1.0," in (root / "log.csv").read_text()
-    (root / "spec.json").write_text(json.dumps(DENSE_SPEC))
-    (root / "config.json").write_text(json.dumps(CONFIG))
-    assert main(["prep", "--feature-spec", str(root / "spec.json"), "--input", str(root / "log.csv"),
-                 "--out", str(root / "prep"), "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2",
-                 "--max-bad-fraction", "0"]) == 0                  # not one row refused
+    _prep(root, DENSE_SPEC, "log.csv")   # not one row refused
     return root
 
 
@@ -177,17 +188,10 @@ def floats_prep(tmp_path_factory):
 @pytest.mark.parametrize("model", SINGLE_TASK)
 def test_every_family_trains_a_log_without_a_categorical_column_written_by_pandas(floats_prep, model, tmp_path,
                                                                                  capsys):
-    from ctr_volcano.app.cli.main import main
 
     root = floats_prep
-    rc = main(["train", "--data", str(root / "prep"), "--model-out", str(tmp_path / "m"), "--pservers", "2",
-               "--trainers", "2", "--epochs", "1", "--config", str(root / "config.json"), "--model", model,
-               "--max-retry", "0", "--workdir", str(tmp_path / "w")])
-    assert rc == 0, capsys.readouterr().err[-3000:]
-    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(root / "prep"),
-                 "--out", str(tmp_path / "eval")]) == 0
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert metrics["model"]["family"] == model
+    _train(root, model, 1, tmp_path, capsys)
+    metrics = _evaluate(root, model, tmp_path)
     assert metrics["normalized_entropy"] < 0.95 and metrics["auc"] > 0.72, (model, metrics["auc"], metrics["logloss"],
                                                                             metrics["constant_logloss"])
     capsys.readouterr()
@@ -227,15 +231,10 @@ def write_din_like(path: str, rows: int, seed: int = 2) -> float:
 
 @pytest.fixture(scope="module")
 def din_prep(tmp_path_factory):
-    from ctr_volcano.app.cli.main import main
 
     root = tmp_path_factory.mktemp("din")
     write_din_like(str(root / "log.txt"), 5000)
-    (root / "spec.json").write_text(json.dumps(DIN_SPEC))
-    (root / "config.json").write_text(json.dumps(CONFIG))
-    assert main(["prep", "--feature-spec", str(root / "spec.json"), "--input", str(root / "log.txt"),
-                 "--out", str(root / "prep"), "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2",
-                 "--max-bad-fraction", "0"]) == 0
+    _prep(root, DIN_SPEC, "log.txt")
     return root
 
 
@@ -243,17 +242,10 @@ def din_prep(tmp_path_factory):
 @pytest.mark.parametrize("model", SINGLE_TASK)
 def test_every_family_trains_the_din_layout_with_a_history_and_no_numeric_column(din_prep, model, tmp_path,
                                                                                   capsys):
-    from ctr_volcano.app.cli.main import main
 
     root = din_prep
-    rc = main(["train", "--data", str(root / "prep"), "--model-out", str(tmp_path / "m"), "--pservers", "2",
-               "--trainers", "2", "--epochs", "2", "--config", str(root / "config.json"), "--model", model,
-               "--max-retry", "0", "--workdir", str(tmp_path / "w")])
-    assert rc == 0, capsys.readouterr().err[-3000:]
-    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(root / "prep"),
-                 "--out", str(tmp_path / "eval")]) == 0
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert metrics["model"]["family"] == model
+    _train(root, model, 2, tmp_path, capsys)
+    metrics = _evaluate(root, model, tmp_path)
     assert metrics["normalized_entropy"] < 0.97 and metrics["auc"] > 0.65, (model, metrics["auc"], metrics["logloss"],
                                                                             metrics["constant_logloss"])
     capsys.readouterr()
