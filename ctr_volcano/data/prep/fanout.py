@@ -39,7 +39,7 @@ import numpy as np
 
 from ctr_model.atomic import write_json
 from ctr_model.feature_spec import FeatureSpec, criteo_spec
-from ctr_model.features import LABEL, RAW_COLUMNS, SCHEMA_FILE
+from ctr_model.features import LABEL, RAW_COLUMNS
 from ctr_volcano.data.prep.config import STATS_FILE, PrepConfig
 from ctr_volcano.data.prep.inputs import (
     _blocks,
@@ -51,7 +51,7 @@ from ctr_volcano.data.prep.inputs import (
     resolve_inputs,
 )
 from ctr_volcano.data.prep.lanes import _work
-from ctr_volcano.data.prep.split import StratifiedSplit
+from ctr_volcano.data.prep.split import StratifiedSplit, clear_split
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.data.profile.profile import DataProfile
 from ctr_volcano.errors import BadInput
@@ -388,12 +388,9 @@ def prep_fanout_splits(inputs: Sequence[str], train_dir: str, test_dir: str, con
 
 
 def _clear_splits(splits: Dict[str, str], stats_path: Optional[str]) -> None:
-    """Both split directories, empty of shards and schema (stale ones would be read as data)."""
+    """Both split directories, empty of an earlier prep's output (stale shards would be read as data)."""
     for split_dir in splits.values():
-        os.makedirs(split_dir, exist_ok=True)
-        for name in os.listdir(split_dir):
-            if (name.startswith("part-") and name.endswith(".parquet")) or name == SCHEMA_FILE:
-                os.remove(os.path.join(split_dir, name))
+        clear_split(split_dir)
     if stats_path and os.path.exists(stats_path):
         os.remove(stats_path)
 

@@ -8,10 +8,26 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ctr_model.features import SCHEMA_FILE, mix64_int
+from ctr_volcano.data.profile.profile import PROFILE_FILE
 
 __all__ = ["StratifiedSplit", "ShardSet"]
 
 _SPLIT_SALT_BASE = 0x53504C4954                 # ASCII "SPLIT"
+
+
+def is_prep_output(name: str) -> bool:
+    """Whether ``name`` in a split directory is what prep writes there: a shard, the schema (or its
+    temporary), the data profile."""
+    return (name.startswith("part-") and name.endswith(".parquet")) or name in (
+        SCHEMA_FILE, SCHEMA_FILE + ".tmp", PROFILE_FILE)
+
+
+def clear_split(split_dir: str) -> None:
+    """``split_dir`` made, and emptied of an earlier prep's output (what else is there stays)."""
+    os.makedirs(split_dir, exist_ok=True)
+    for name in os.listdir(split_dir):
+        if is_prep_output(name):
+            os.remove(os.path.join(split_dir, name))
 
 
 class StratifiedSplit:
@@ -54,10 +70,7 @@ class ShardSet:
 
         from ctr_model.features import arrow_schema
 
-        os.makedirs(split_dir, exist_ok=True)
-        for name in os.listdir(split_dir):  # stale shards of an earlier run would be read too
-            if (name.startswith("part-") and name.endswith(".parquet")) or name == SCHEMA_FILE:
-                os.remove(os.path.join(split_dir, name))
+        clear_split(split_dir)   # stale shards of an earlier run would be read too
         self.dir = split_dir
         self.paths = [os.path.join(split_dir, f"part-{k:05d}.parquet") for k in range(count)]
         self.rows = [0] * count
@@ -95,9 +108,7 @@ class ShardSet:
         for p in self.paths:
             if os.path.exists(p):
                 os.remove(p)
-        for name in (SCHEMA_FILE, SCHEMA_FILE + ".tmp"):
-            if os.path.exists(os.path.join(self.dir, name)):
-                os.remove(os.path.join(self.dir, name))
+        clear_split(self.dir)
         if not os.listdir(self.dir):
             os.rmdir(self.dir)
 
