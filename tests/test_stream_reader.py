@@ -18,6 +18,7 @@ import pytest
 
 from ctr_model import slot_stream
 from ctr_model.data import DataError, parquet_to_slots
+from ctr_model.errors import EXIT_BAD_INPUT
 from ctr_model.infer import auc, load_model
 from ctr_volcano.training.local.backend import train_local
 from tests.gang_helpers import SMALL, gang_job_id, write_small_planted
@@ -76,7 +77,7 @@ def test_a_bad_shard_fails_the_epoch_with_its_one_line(planted, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(table.set_column(table.schema.get_field_index("C3"), "C3", pa.array(ids)), bad)
     out = _pipe(str(bad), tmp_path / "errors")
-    assert out.returncode == 1
+    assert out.returncode == EXIT_BAD_INPUT            # the shard's data is bad: its family's exit code
     with pytest.raises(DataError) as info:
         slot_stream.check_epoch(str(tmp_path / "errors"), examples=0, rows=table.num_rows, epoch=1)
     line = str(info.value)
@@ -84,7 +85,7 @@ def test_a_bad_shard_fails_the_epoch_with_its_one_line(planted, tmp_path):
 
 
 def test_an_epoch_short_of_rows_is_refused_naming_both_counts(tmp_path):
-    with pytest.raises(DataError, match="epoch 2 read 90 examples of this trainer's 100 rows"):
+    with pytest.raises(DataError, match="data='epoch 2': read 90 examples of this trainer's 100 rows"):
         slot_stream.check_epoch(str(tmp_path), examples=90, rows=100, epoch=2)
     slot_stream.check_epoch(str(tmp_path), examples=100, rows=100, epoch=2)
 
