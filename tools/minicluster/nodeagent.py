@@ -719,8 +719,11 @@ class Agent:
                 for t in c.pumps:
                     t.join(5)
             self._remove_netns(run.netns)
-            # the containers' writable layers go with the pod, as a runtime removes its containers
+            # the containers' writable layers go with the pod, as a runtime removes its containers, and
+            # so do its emptyDir and content volumes (run.dir/volumes: claims and host paths are
+            # elsewhere), as the kubelet removes them with the pod
             shutil.rmtree(run.dir / "containers", ignore_errors=True)
+            shutil.rmtree(run.dir / "volumes", ignore_errors=True)
             LOG.info("pod %s/%s: terminated (grace %.0fs)", run.namespace, run.name, grace_s)
             self._force_delete(run.namespace, run.name, run.uid)
         finally:
