@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ctr_volcano.images import component_image
 from ctr_volcano.scoring import ScoreArgs, score
 from ctr_volcano.scoring.volcano import score_on_volcano
 from ctr_volcano.training.volcano.client import KubeClient
@@ -19,7 +20,7 @@ from tests.scoring_fixtures import avazu_model, candidates, write_csv
 
 pytestmark = pytest.mark.cluster
 
-COMPONENT_IMAGE = "example.invalid/ctr-volcano/ctr-component:process-nodes"
+COMPONENT_IMAGE = component_image()   # as the product names it; the process nodes run its build
 BLOCK = 24 << 10         # small units: the file makes a dozen, so each of 3 pods gets several
 
 
