@@ -33,6 +33,19 @@ def ctr_volcano_cli(*args: str, timeout: float = 600):
     return proc
 
 
+#: How far below the planted oracle a cluster gang's model may score and still count as trained.
+#: The quality goal (within 0.02 of the oracle) is measured quietly by ``bench/models.py``; here
+#: 2x2 async gangs share 2 loaded cores with the control plane, and on the planted 180k rows at 3
+#: epochs they scored 0.746-0.765 against an oracle of 0.773 (local 2x2 gangs: 0.760-0.765 quiet),
+#: so these tests check that the gang trained a real model, not the goal itself.
+TRAINED_GAP = 0.05
+
+
+def assert_trained(auc: float, oracle: float, what: str = "") -> None:
+    """The gang's model learned the planted signal: within :data:`TRAINED_GAP` of the oracle."""
+    assert abs(auc - oracle) <= TRAINED_GAP, (what, auc, oracle)
+
+
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25,
              cluster=None) -> Any:
     """Poll ``probe`` until it returns something truthy (returned); fail naming ``what``.

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import built_images
-from tests.cluster.helpers import ctr_volcano_cli
+from tests.cluster.helpers import assert_trained, ctr_volcano_cli
 
 pytestmark = pytest.mark.cluster
 
@@ -62,7 +62,7 @@ def test_minicluster_up_with_process_nodes_then_train_and_evaluate(minicluster_b
                         "--out", str(tmp_path / "eval"))
         auc = json.loads((tmp_path / "eval" / "metrics.json").read_text())["auc"]
         print(f"\nCLI on process nodes: test AUC {auc:.4f}, oracle {planted['oracle_auc']:.4f}")
-        assert abs(auc - planted["oracle_auc"]) <= 0.02
+        assert_trained(auc, planted["oracle_auc"])
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGINT)
