@@ -71,8 +71,10 @@ def check_train_data(data_path: str, trainers: int, *, client: Any = None, model
 
 def _check_dims(model: str, features: Any) -> None:
     from ctr_model.sparse_tables import mixed_dims_refusal, sparse_tables
+    from ctr_model.spec_crosses import crosses_refusal
 
-    refusal = mixed_dims_refusal(model, sparse_tables(features, 1))
+    refusal = None if features is None else crosses_refusal(model, features.crosses)
+    refusal = refusal or mixed_dims_refusal(model, sparse_tables(features, 1))
     if refusal is None and features is not None and not features.is_criteo:
         from ctr_model.models.multitask import tasks_refusal
 
