@@ -216,3 +216,104 @@ def test_the_paddle_program_with_crosses_is_the_numpy_scorer_and_the_onnx_graph(
     r = json.loads(out.stdout.strip().splitlines()[-1])["crosses"]
     assert abs(r["start_mean"] - 0.2) < 0.03 and r["spread"] > 1e-3, r
     assert r["max_diff"] < 2e-5 and r["onnx_max_diff"] < 1e-6, r
+
+
+# ------------------------------------------------------------------------------------------------
+# real gangs: resume, warm start, the refusal before any gang
+
+GANG_DOC = _doc(hash_buckets=100003)
+
+
+@pytest.fixture(scope="module")
+def crossed(tmp_path_factory):
+    """4,000 planted rows with crosses prepped into 2 training shards and a test split, and the same
+    raw rows prepped without the crosses."""
+    root = tmp_path_factory.mktemp("crosses")
+    for name, doc in (("prep", GANG_DOC), ("prep-plain", dict(GANG_DOC, crosses=[]))):
+        (root / f"{name}.json").write_text(json.dumps(doc))
+    assert cli(["gen-data", "--feature-spec", str(root / "prep.json"), "--rows", "4000", "--seed", "3",
+                "--out", str(root / "raw"), "--oracle-rows", "20000"]) == 0
+    for name in ("prep", "prep-plain"):
+        assert cli(["prep", "--feature-spec", str(root / f"{name}.json"), "--input", str(root / "raw"),
+                    "--out", str(root / name), "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2"]) == 0
+    return root
+
+
+@pytest.fixture
+def job_id():
+    from tests.gang_helpers import gang_job_id
+
+    yield from gang_job_id("crosstest", grace_s=10, poll_s=0.2)
+
+
+def _config(epochs: int) -> dict:
+    from tests.gang_helpers import SMALL
+
+    return {**SMALL, "epochs": epochs, "model": "wide_deep", "learning_rate": 0.03}
+
+
+def _check_export(model_dir: str, data: Path) -> None:
+    import onnxruntime as ort
+
+    from ctr_model.infer import load_model
+    from ctr_model.onnx_inputs import feeds, layout_of
+
+    scorer = load_model(model_dir)
+    assert scorer.config.model_config == {"crosses": 2}
+    test = pq.read_table(str(next((data / "test").glob("part-*.parquet"))))
+    session = ort.InferenceSession(os.path.join(model_dir, "model.onnx"))
+    served = session.run(["probability"], feeds(layout_of(scorer.features), test))[0]
+    expected = scorer.predict(test)
+    assert np.abs(served - expected).max() <= 1e-6 and expected.std() > 1e-3
+
+
+@pytest.mark.slow
+def test_wide_deep_with_crosses_resumes_after_a_killed_trainer(crossed, job_id, tmp_path):
+    import threading
+
+    from ctr_volcano.training.local.backend import train_local
+    from tests.gang_helpers import kill_when_checkpointed
+
+    workdir = str(tmp_path / "w")
+    box: dict = {}
+    killer = threading.Thread(target=kill_when_checkpointed,
+                              args=(os.path.join(workdir, "output"), job_id, "trainer", 1, box))
+    killer.start()
+    result = train_local(str(crossed / "prep"), str(tmp_path / "model"), _config(3), pservers=2, trainers=2,
+                         max_retry=1, workdir=workdir, job_id=job_id, log=lambda m: None)
+    killer.join()
+    assert "killed_at" in box and result.attempts == 2
+    assert result.metrics["resumed_from_epoch"] >= 1
+    assert [e["epoch"] for e in result.metrics["epochs"]] == [1, 2, 3]
+    _check_export(result.model_dir, crossed / "prep")
+
+
+@pytest.mark.slow
+def test_warm_start_continues_with_crosses_and_refuses_data_without_them(crossed, tmp_path):
+    from ctr_volcano.errors import BadInput
+    from ctr_volcano.training.local.backend import train_local
+
+    data = str(crossed / "prep")
+    first = train_local(data, str(tmp_path / "first"), _config(1), pservers=1, trainers=1, max_retry=0,
+                        job_id="cross-first", log=lambda m: None, workdir=str(tmp_path / "w1"))
+    warm = train_local(data, str(tmp_path / "warm"), _config(1), pservers=1, trainers=1, max_retry=0,
+                       job_id="cross-warm", log=lambda m: None, workdir=str(tmp_path / "w2"),
+                       init_model=first.model_dir)
+    assert warm.metrics["epochs"][0]["loss"] < first.metrics["epochs"][0]["loss"] - 0.01
+    _check_export(warm.model_dir, crossed / "prep")
+    with pytest.raises(BadInput) as err:
+        train_local(str(crossed / "prep-plain"), str(tmp_path / "m"), _config(1), pservers=1, trainers=1,
+                    init_model=first.model_dir)
+    assert "cross 'user_x_ad'" in str(err.value) and len(str(err.value).splitlines()) == 1
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_another_family_on_crosses_is_refused_before_any_gang(crossed, tmp_path):
+    from ctr_volcano.errors import BadInput
+    from ctr_volcano.training.local.backend import train_local
+
+    with pytest.raises(BadInput) as err:
+        train_local(str(crossed / "prep"), str(tmp_path / "m"), {"model": "deepfm"}, pservers=1, trainers=1)
+    assert str(err.value).startswith("config.model='deepfm': the feature spec's crosses (e.g. 'user_x_ad') "
+                                     "feed Wide&Deep's wide part")
+    assert not os.path.exists(tmp_path / "m"), "a refused run must not start"

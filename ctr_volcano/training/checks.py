@@ -101,5 +101,7 @@ def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
     if "hash_buckets" not in config and data_hash_buckets:
         full["hash_buckets"] = data_hash_buckets
     full["embedding_dim"] = sparse_tables(features, full["embedding_dim"])[0].dim
+    if full["model"] == "wide_deep":     # its crosses come from the spec, as in the trainers
+        full["model_config"] = {**full["model_config"], "crosses": len(getattr(features, "crosses", ()))}
     check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION,
                      features.to_dict() if features is not None else None)
