@@ -317,3 +317,18 @@ def test_another_family_on_crosses_is_refused_before_any_gang(crossed, tmp_path)
     assert str(err.value).startswith("config.model='deepfm': the feature spec's crosses (e.g. 'user_x_ad') "
                                      "feed Wide&Deep's wide part")
     assert not os.path.exists(tmp_path / "m"), "a refused run must not start"
+
+
+def test_a_wide_deep_model_exported_before_crosses_existed_still_warm_starts():
+    """Its meta's model_config is ``{}``: the family's defaults fill it in (``crosses`` 0), while a
+    model trained with crosses is refused for data without them."""
+    from ctr_model.features import SCHEMA_VERSION
+    from ctr_model.warm_start import WarmStart, WarmStartError, check_compatible
+
+    config = TrainConfig(model="wide_deep").to_dict()
+    old = {"schema_version": SCHEMA_VERSION, "hash_buckets": config["hash_buckets"],
+           "config": dict(config, model_config={})}
+    check_compatible(WarmStart("m", "m/warm_start", old, 2), config, 2, SCHEMA_VERSION)
+    crossed = dict(old, config=dict(config, model_config={"crosses": 2}))
+    with pytest.raises(WarmStartError, match="its model_config is {'crosses': 2} but this run's is {'crosses': 0}"):
+        check_compatible(WarmStart("m", "m/warm_start", crossed, 2), config, 2, SCHEMA_VERSION)
