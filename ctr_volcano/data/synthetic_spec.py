@@ -51,7 +51,7 @@ _SPREAD = 1.6     # standard deviation of the planted log-odds
 #: The rate of each task after the first (among its parent's 1s for a dependent task).
 TASK_RATE = 0.2
 #: Standard deviation of a planted cross's weight per combination of ids (a feature's own: 1).
-CROSS_WEIGHT = 2.0
+CROSS_WEIGHT = 1.0
 #: Combinations of ids a cross's planted weights cover (every pair of :data:`VOCAB` ids; a cross of
 #: three or more features folds its combinations into these).
 _CROSS_CELLS = VOCAB * VOCAB
@@ -110,8 +110,8 @@ def _draw(spec: FeatureSpec, model: Dict[str, np.ndarray], rng: np.random.Genera
             empty = rng.random(n) < 0.03
             logit += np.where(empty, 0.0, w[ids])
             raw[c.name] = np.where(empty, -1, ids)
-    for x in spec.crosses:
-        logit += _cross_effect(x, model, raw)
+    for cross in spec.crosses:
+        logit += _cross_effect(cross, model, raw)
     return raw, logit
 
 
