@@ -198,10 +198,10 @@ def slot_columns(where: str, names: Sequence[str], spec: Optional[FeatureSpec]) 
         if missing:
             raise DataError("data", where, f"columns {missing[:5]} missing: re-run `ctr-volcano prep`")
         return list(RAW_COLUMNS)
-    missing = [c for c in spec.output_columns if c not in names]
+    missing = [c for c in spec.prepped_columns if c not in names]
     if missing:
         raise DataError("data", where, f"columns {missing[:5]} missing: re-run `ctr-volcano prep` with the spec")
-    return list(spec.output_columns)
+    return list(spec.prepped_columns)
 
 
 def slot_tables(batches, where: str, hash_buckets: int, spec: Optional[FeatureSpec]):
@@ -280,7 +280,7 @@ def _spec_slot_table(batch, src: str, hash_buckets: int, spec: FeatureSpec):
     parts = []
     for name in spec.task_labels:     # one label slot per task, in task order (the net's feeds)
         parts += [pa.array(["1"] * batch.num_rows), pc.cast(batch.column(name), pa.string())]
-    for c in spec.categorical:
+    for c in spec.slot_features:      # the categorical features, then the crosses
         col = batch.column(c.name)
         flat = col.values if c.multivalued else col
         if col.null_count or (len(flat) and (pc.min(flat).as_py() < 0

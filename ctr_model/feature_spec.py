@@ -23,11 +23,12 @@ from ctr_model.checks import is_int, is_real
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_model.errors import BadInput
 from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
+from ctr_model.spec_crosses import CROSS_EMBEDDING_DIM, Cross, check_crosses, read_crosses
 from ctr_model.spec_labels import check_labels, read_labels
 from ctr_model.validation_spec import check_section
 
 __all__ = ["FORMATS", "DENSE_TRANSFORMS", "POOLINGS", "SpecError", "DenseFeature",
-           "CategoricalFeature", "FeatureSpec", "criteo_spec", "spec_from_dict", "load_spec",
+           "CategoricalFeature", "Cross", "FeatureSpec", "criteo_spec", "spec_from_dict", "load_spec",
            "spec_from_text", "split_spec", "input_description"]
 
 FORMATS = ("criteo", "csv", "tsv", "parquet")
@@ -39,7 +40,7 @@ DEFAULT_EMBEDDING_DIM = 10
 DEFAULT_MAX_LENGTH = 16
 
 _TOP_KEYS = ("format", "header", "delimiter", "columns", "label", "labels", "depends_on", "dense",
-             "categorical", "ignore", "hash_buckets", "embedding_dim", "validation")
+             "categorical", "crosses", "ignore", "hash_buckets", "embedding_dim", "validation")
 _DENSE_KEYS = ("name", "transform", "fill", "mean", "std")
 _CAT_KEYS = ("name", "hash_buckets", "embedding_dim", "multivalued", "separator", "pooling",
              "max_length")
@@ -121,8 +122,11 @@ class FeatureSpec:
             row where the task is 1 and its parent 0.
         dense: the numeric features.
         categorical: the categorical features.
+        crosses: hashed cross-product columns of two or more single-valued categorical features
+            (:mod:`ctr_model.spec_crosses`): prep writes each as a column after the categorical ones;
+            Wide&Deep's wide part reads them.
         ignore: columns of the input that are neither label nor feature.
-        hash_buckets: the default of each categorical feature's ``hash_buckets``.
+        hash_buckets: the default of each categorical feature's (and cross's) ``hash_buckets``.
         embedding_dim: the default of each categorical feature's ``embedding_dim``.
         validation: thresholds of the data checks (:mod:`ctr_model.validation_spec`, docs/validation.md);
             empty means the defaults.
@@ -137,6 +141,7 @@ class FeatureSpec:
     depends_on: Tuple[Tuple[str, str], ...] = ()
     dense: Tuple[DenseFeature, ...] = tuple(DenseFeature(c, "criteo") for c in DENSE_COLUMNS)
     categorical: Tuple[CategoricalFeature, ...] = tuple(CategoricalFeature(c) for c in SPARSE_COLUMNS)
+    crosses: Tuple[Cross, ...] = ()
     ignore: Tuple[str, ...] = ()
     hash_buckets: int = DEFAULT_HASH_BUCKETS
     embedding_dim: int = DEFAULT_EMBEDDING_DIM
@@ -168,6 +173,23 @@ class FeatureSpec:
         return (self.task_labels + tuple(d.name for d in self.dense)
                 + tuple(c.name for c in self.categorical))
 
+    @property
+    def slot_features(self) -> Tuple[CategoricalFeature, ...]:
+        """The network's categorical slots, in order: the categorical features, then each cross as a
+        single-valued feature of its ``hash_buckets`` (its ids are prep's, never hashed from input)."""
+        return self.categorical + tuple(CategoricalFeature(x.name, x.hash_buckets, CROSS_EMBEDDING_DIM)
+                                        for x in self.crosses)
+
+    @property
+    def cross_features(self) -> Tuple[str, ...]:
+        """The categorical features some cross takes (their ids are what the crosses are made of)."""
+        return tuple(dict.fromkeys(f for x in self.crosses for f in x.features))
+
+    @property
+    def prepped_columns(self) -> Tuple[str, ...]:
+        """The columns of prep's Parquet: :attr:`output_columns`, then the crosses'."""
+        return self.output_columns + tuple(x.name for x in self.crosses)
+
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict that :func:`spec_from_dict` turns back into an equal spec."""
         doc = asdict(self)
@@ -178,6 +200,11 @@ class FeatureSpec:
         doc["depends_on"] = dict(self.depends_on)
         doc["dense"] = [{k: v for k, v in d.items() if v is not None} for d in doc["dense"]]
         doc["categorical"] = list(doc["categorical"])
+        if self.crosses:
+            doc["crosses"] = [{"features": list(x.features), "hash_buckets": x.hash_buckets, "name": x.name}
+                              for x in self.crosses]
+        else:
+            del doc["crosses"]      # the documents written before crosses existed stay the same
         return doc
 
     def with_dense(self, dense: Sequence[DenseFeature]) -> "FeatureSpec":
@@ -226,7 +253,7 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
     fmt = doc.get("format", "criteo")
     if fmt == "criteo":
         return _criteo_from_dict(doc, problems)
-    top = {k: doc[k] for k in _TOP_KEYS if k in doc and k not in ("dense", "categorical")}
+    top = {k: doc[k] for k in _TOP_KEYS if k in doc and k not in ("dense", "categorical", "crosses")}
     for key in ("columns", "ignore", "labels"):
         if key in top and isinstance(top[key], list):
             top[key] = tuple(top[key])
@@ -238,9 +265,11 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
                 "embedding_dim": doc.get("embedding_dim", DEFAULT_EMBEDDING_DIM)}
     dense = _entries(doc.get("dense", []), "dense", _DENSE_KEYS, {}, problems)
     categorical = _entries(doc.get("categorical", []), "categorical", _CAT_KEYS, defaults, problems)
+    crosses = read_crosses(doc.get("crosses", []), defaults["hash_buckets"], problems)
     try:
         spec = FeatureSpec(dense=tuple(DenseFeature(**d) for d in dense),
-                           categorical=tuple(CategoricalFeature(**c) for c in categorical), **top)
+                           categorical=tuple(CategoricalFeature(**c) for c in categorical),
+                           crosses=crosses, **top)
     except SpecError as exc:
         raise SpecError(problems + exc.problems) from None
     if problems:
@@ -353,6 +382,7 @@ def _check_spec(spec: FeatureSpec) -> List[Tuple[str, Any, str]]:
     for i, c in enumerate(spec.categorical):
         _check_categorical(spec, c, f"categorical[{i}]", problems)
     _check_names(spec, problems)
+    check_crosses(spec, problems)
     problems.extend(check_section(spec.validation or None, [d.name for d in spec.dense],
                                   [c.name for c in spec.categorical]))
     return problems

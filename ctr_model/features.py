@@ -354,7 +354,8 @@ def expected_columns(doc: Dict[str, Any]) -> List[str]:
     if not isinstance(spec, dict) or spec.get("format", "criteo") == "criteo":
         return list(RAW_COLUMNS)
     return ([str(spec.get("label"))] + [str(d.get("name")) for d in spec.get("dense") or []]
-            + [str(c.get("name")) for c in spec.get("categorical") or []])
+            + [str(c.get("name")) for c in spec.get("categorical") or []]
+            + [str(x.get("name")) for x in spec.get("crosses") or []])
 
 
 def read_split_schema(split_dir: str) -> Dict[str, Any]:

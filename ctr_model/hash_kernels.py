@@ -10,7 +10,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["M64", "MIX1", "MIX2", "FNV_OFFSET", "FNV_PRIME", "key_int", "hash_chunk"]
+__all__ = ["M64", "MIX1", "MIX2", "FNV_OFFSET", "FNV_PRIME", "key_int", "hash_chunk", "mix64_array"]
 
 M64 = (1 << 64) - 1
 MIX1 = 0xBF58476D1CE4E5B9
@@ -39,6 +39,11 @@ def _mix64_np(z: np.ndarray, tmp: Optional[np.ndarray] = None) -> np.ndarray:
     np.right_shift(z, np.uint64(31), out=tmp)
     np.bitwise_xor(z, tmp, out=z)
     return z
+
+
+def mix64_array(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place on the uint64 array ``z`` (returned)."""
+    return _mix64_np(z)
 
 
 def _binary_parts(values: Any) -> Tuple[np.ndarray, np.ndarray]:

@@ -167,7 +167,7 @@ class Scorer:
         spec = self.features
         if spec is None:
             return LABEL, list(DENSE_COLUMNS + SPARSE_COLUMNS)
-        return spec.label, [d.name for d in spec.dense] + [c.name for c in spec.categorical]
+        return spec.label, [d.name for d in spec.dense] + [c.name for c in spec.slot_features]
 
     def _spec_inputs(self, table, spec: FeatureSpec):
         """(dense [n, d], one pooled embedding [n, width] per categorical feature) of a table in a
@@ -185,7 +185,7 @@ class Scorer:
         dense = np.stack([table.column(d.name).to_numpy(zero_copy_only=False).astype(np.float32)
                           for d in spec.dense], axis=1) if spec.dense else np.zeros((n, 0), np.float32)
         table_of = {slot: k for k, t in enumerate(self.tables) for slot in t.slots}
-        for slot, c in enumerate(spec.categorical):
+        for slot, c in enumerate(spec.slot_features):   # the crosses' columns last, as prep writes them
             col = table.column(c.name)
             col = col.combine_chunks() if hasattr(col, "combine_chunks") else col
             if not c.multivalued:
@@ -359,7 +359,7 @@ def load_model(model_dir: str) -> Scorer:
 
     spec = None if meta.get("feature_spec") is None else spec_from_dict(meta["feature_spec"])
     names = (fam.dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS)) if spec is None
-             else fam.dense_names(config, len(spec.dense), len(spec.categorical)))
+             else fam.dense_names(config, len(spec.dense), len(spec.slot_features)))
     params = {k: v.astype(np.float32) for k, v in _load_npz(dense_path, names).items()}
     tables = [_load_table(model_dir, meta, k, fam.table_width(t.dim))
               for k, t in enumerate(_meta_tables(meta, config))]
@@ -371,7 +371,7 @@ def _meta_tables(meta: Mapping[str, Any], config: TrainConfig) -> List[SparseTab
     from ctr_model.features import SPARSE_COLUMNS
 
     doc = meta.get("feature_spec")
-    names = SPARSE_COLUMNS if doc is None else tuple(c.name for c in spec_from_dict(doc).categorical)
+    names = SPARSE_COLUMNS if doc is None else tuple(c.name for c in spec_from_dict(doc).slot_features)
     return tables_from_meta(meta, names, config.embedding_dim)
 
 

@@ -110,10 +110,11 @@ class Net:
 def slot_layout(features: Optional[FeatureSpec]) -> Tuple[List[Tuple[str, Optional[str]]], int]:
     """``([(slot name, pooling or None), ...], dense width)``: the network's input slots for a
     feature spec, in the slot files' order. Criteo (``None``) keeps its names ``C1..C26``; a spec's
-    slots are ``cat0, cat1, ..`` (a feature may be called ``label``), multi-valued ones pooled."""
+    slots are ``cat0, cat1, ..`` (a feature may be called ``label``), multi-valued ones pooled, the
+    crosses' last (:attr:`~ctr_model.feature_spec.FeatureSpec.slot_features`)."""
     if features is None or features.is_criteo:
         return [(name, None) for name in SPARSE_COLUMNS], NUM_DENSE
-    return ([(f"cat{k}", c.pooling if c.multivalued else None) for k, c in enumerate(features.categorical)],
+    return ([(f"cat{k}", c.pooling if c.multivalued else None) for k, c in enumerate(features.slot_features)],
             len(features.dense))
 
 

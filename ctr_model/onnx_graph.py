@@ -216,6 +216,13 @@ def _deep_input(g: _Graph, emb: Optional[str], cols: Dict[int, List[int]], dense
     return g.concat(parts)
 
 
+def _deep_cols(scorer: "Scorer", cols: Dict[int, List[int]]) -> Dict[int, List[int]]:
+    """``cols`` without Wide&Deep's crosses (its last ``model_config.crosses`` slots: wide part only)."""
+    crosses = int(scorer.config.model_config.get("crosses", 0))
+    slots = len(scorer.features.slot_features) if scorer.features is not None else len(cols)
+    return {s: c for s, c in cols.items() if s < slots - crosses}
+
+
 def _fm_second_order(g: _Graph, emb: Optional[str], cols: Dict[int, List[int]]) -> Optional[str]:
     """``0.5 * sum_d((sum_slots v)^2 - sum_slots v^2)``: ``[N, 1]``."""
     import numpy as np
@@ -257,7 +264,8 @@ def _head(g: _Graph, scorer: "Scorer", emb: Optional[str], cols: Dict[int, List[
     if model == "dcn_v2":
         return _mlp(g, scorer, _cross(g, scorer, _deep_input(g, emb, cols, dense, False))), None
     if model == "wide_deep":
-        return _mlp(g, scorer, _deep_input(g, emb, cols, dense, True)), _linear(g, scorer, emb, cols, dense, "wide.w")
+        return (_mlp(g, scorer, _deep_input(g, emb, _deep_cols(scorer, cols), dense, True)),
+                _linear(g, scorer, emb, cols, dense, "wide.w"))
     if model == "deepfm":
         first = _linear(g, scorer, emb, cols, dense, "fm_dense.w")
         second = _fm_second_order(g, emb, cols)

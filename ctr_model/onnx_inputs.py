@@ -3,7 +3,7 @@
 One layout per feature spec, derived, never stored apart from it: ``dense`` float32
 ``[N, dense features]`` (the prep transform of each, in the spec's order; absent when the spec has
 none), ``ids`` int64 ``[N, single-valued categorical features]`` (prep's hashed ids, in the spec's
-order; absent when none), and for each multi-valued feature an int64 ``[N, max_length]`` input named
+order, then each cross's ids, :func:`ctr_model.transforms.cross_column`; absent when none), and for each multi-valued feature an int64 ``[N, max_length]`` input named
 as the feature: its row's ids (prep's, at most ``max_length``) left-aligned, the rest
 :data:`PAD_ID`. The Criteo layout is ``dense [N, 13]`` (``I1..I13``) and ``ids [N, 26]``
 (``C1..C26``). The model server, the tests and a batch scorer all build their feeds here, so the
@@ -76,7 +76,7 @@ def layout_of(spec: Optional["FeatureSpec"]) -> GraphLayout:
     """
     if spec is None or spec.is_criteo:
         return GraphLayout(DENSE_COLUMNS, SPARSE_COLUMNS, tuple(range(len(SPARSE_COLUMNS))), (), ())
-    cats = list(enumerate(spec.categorical))
+    cats = list(enumerate(spec.slot_features))     # a cross is a single-valued slot, its ids prep's
     single = [(i, c.name) for i, c in cats if not c.multivalued]
     multi = [(i, c) for i, c in cats if c.multivalued]
     for _, c in multi:

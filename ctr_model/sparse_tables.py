@@ -60,7 +60,7 @@ def sparse_tables(features: Optional[FeatureSpec], embedding_dim: int) -> List[S
     """
     if features is None or features.is_criteo:
         return [SparseTable(EMBEDDING_NAME, embedding_dim, tuple(range(len(SPARSE_COLUMNS))), SPARSE_COLUMNS)]
-    cats = features.categorical
+    cats = features.slot_features      # a cross is a slot too (its own width: its own table)
     dims = list(dict.fromkeys(c.embedding_dim for c in cats))
     return [SparseTable(table_name(k), dim,
                         tuple(i for i, c in enumerate(cats) if c.embedding_dim == dim),

@@ -23,6 +23,12 @@ Categorical: feature ``k`` (1-based, in the spec's order) of ``n`` has ids in
 (hash_buckets - n)`` (the hash of :mod:`ctr_model.features`). Integer ids are hashed as their
 decimal text, so ``123`` in Parquet and ``"123"`` in a CSV are the same id. A multi-valued feature
 hashes each non-empty value, keeps the first ``max_length`` and reads an empty list as ``[k - 1]``.
+
+Cross ``x`` (the spec's ``crosses``, slot ``s = n + x + 1``) of features ``f_1..f_m`` with ids
+``i_1..i_m`` (above; an empty value's id too, so "empty" crosses like any value): ``h = salt(s)``,
+then ``h = mix64(h ^ i_j)`` for each ``j`` in order, and the id is ``h % hash_buckets``
+(:func:`cross_column`; every path that has the features' ids, prep, scoring and the server, calls
+it, so a served row's cross is prep's).
 """
 from __future__ import annotations
 
@@ -32,12 +38,14 @@ from typing import Any, List, Tuple, Union
 import numpy as np
 
 from ctr_model.feature_spec import CategoricalFeature, DenseFeature, FeatureSpec
-from ctr_model.features import BadRow, dense_transform, hash_slot, hash_slot_value
+from ctr_model.features import BadRow, column_salt_int, dense_transform, hash_slot, hash_slot_value
 from ctr_model.features import dense_value as criteo_dense_value
+from ctr_model.hash_kernels import mix64_array
 
 __all__ = ["dense_column", "dense_value", "standardize_stats", "categorical_column",
            "multivalued_column", "categorical_ids", "parse_number", "output_schema",
-           "parse_dense_column", "parse_label_column", "dense_reject", "NON_NUMBER", "FRACTION"]
+           "parse_dense_column", "parse_label_column", "dense_reject", "NON_NUMBER", "FRACTION",
+           "cross_column", "cross_columns"]
 
 #: The reject categories of a dense field (prep counts rejects by category).
 NON_NUMBER = "non-number in dense column"
@@ -297,12 +305,34 @@ def categorical_ids(spec: FeatureSpec, feature: CategoricalFeature, raw: Any) ->
     return ids[:int(feature.max_length)] or [slot - 1]
 
 
+def cross_column(spec: FeatureSpec, k: int, ids: Any) -> np.ndarray:
+    """The ids (int64) of the spec's ``k``-th cross (0-based) from its features' ids (the module
+    docstring's hash).
+
+    Args:
+        ids: ``{feature: int64 ids}`` of (at least) the cross's features, one per row.
+    """
+    cross = spec.crosses[k]
+    first = np.asarray(ids[cross.features[0]])
+    h = np.full(first.shape, column_salt_int(len(spec.categorical) + k + 1), dtype=np.uint64)
+    for name in cross.features:
+        np.bitwise_xor(h, np.asarray(ids[name], dtype=np.int64).view(np.uint64), out=h)
+        mix64_array(h)
+    np.remainder(h, np.uint64(int(cross.hash_buckets)), out=h)
+    return h.view(np.int64)
+
+
+def cross_columns(spec: FeatureSpec, ids: Any) -> List[np.ndarray]:
+    """:func:`cross_column` of every cross of the spec, in order."""
+    return [cross_column(spec, k, ids) for k in range(len(spec.crosses))]
+
+
 def output_schema(spec: FeatureSpec) -> Any:
     """The pyarrow schema of prep's Parquet for ``spec``: label int8, dense float32, categorical
-    int64 (``list<int64>`` when multi-valued); the Criteo preset's is
+    int64 (``list<int64>`` when multi-valued), then each cross's int64 ids; the Criteo preset's is
     :func:`ctr_model.features.arrow_schema`."""
     import pyarrow as pa
 
     return pa.schema([(name, pa.int8()) for name in spec.task_labels] + [(d.name, pa.float32()) for d in spec.dense]
                      + [(c.name, pa.list_(pa.int64()) if c.multivalued else pa.int64())
-                        for c in spec.categorical])
+                        for c in spec.categorical] + [(x.name, pa.int64()) for x in spec.crosses])

@@ -107,7 +107,7 @@ def check_compatible(init: WarmStart, config: Mapping[str, Any], pservers: int,
                config.get("hash_buckets"), "prep the new data with the init model's hash_buckets"),
               ("model", old_cfg.get("model", "dnn"), config.get("model", "dnn"),
                "warm-start from a model of the same family or train from scratch"),
-              ("model_config", old_cfg.get("model_config", {}), config.get("model_config", {}),
+              ("model_config", _full_model_config(old_cfg), _full_model_config(config),
                "use the init model's model_config or train from scratch"),
               ("embedding_dim", old_cfg.get("embedding_dim"), config.get("embedding_dim"),
                "use the init model's network shape or train from scratch"),
@@ -136,12 +136,12 @@ def _check_same_features(init: WarmStart, old: Optional[Mapping[str, Any]],
                                              f"{'the Criteo layout' if new is None else 'a feature spec'}; "
                                              f"prep the data like the init model's or train from scratch")
     _check_same_dims(init, old, new)
-    for kind in ("dense", "categorical"):
+    for kind, what in (("dense", "dense feature"), ("categorical", "categorical feature"), ("crosses", "cross")):
         before = {f["name"]: f for f in old.get(kind) or []}
         after = {f["name"]: f for f in new.get(kind) or []}
         for name in list(before) + [n for n in after if n not in before]:
             if before.get(name) != after.get(name):
-                raise WarmStartError(init.model_dir, f"cannot warm-start from it: {kind} feature {name!r} is "
+                raise WarmStartError(init.model_dir, f"cannot warm-start from it: {what} {name!r} is "
                                                      f"{before.get(name)!r} there but {after.get(name)!r} in "
                                                      f"this run's data; prep with the init model's feature "
                                                      f"spec or train from scratch")
@@ -160,6 +160,16 @@ def _check_same_dims(init: WarmStart, old: Mapping[str, Any], new: Mapping[str, 
                                                  f"{f.get('embedding_dim')} in this run's data; prep with "
                                                  f"embedding_dim {before[f['name']]} for it (the init model's "
                                                  f"feature spec) or train from scratch")
+
+
+def _full_model_config(cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """A config's ``model_config`` with its family's defaults filled in: a key a family gained later
+    (``wide_deep``'s ``crosses``) is its default in a model exported before it."""
+    from ctr_model.models import FAMILIES, family
+
+    model = cfg.get("model", "dnn")
+    defaults = family(model).defaults if model in FAMILIES else {}
+    return {**defaults, **dict(cfg.get("model_config") or {})}
 
 
 def _without_stats(spec: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:

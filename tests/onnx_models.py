@@ -22,7 +22,8 @@ __all__ = ["random_scorer", "write_model_dir"]
 def _params(cfg: TrainConfig, n_dense: int, widths: Sequence[int], rng) -> Dict[str, np.ndarray]:
     """Dense parameters: the FC stack over ``n_dense + sum(widths)`` inputs, the family's own."""
     fam = family(cfg.model)
-    deep_in = n_dense + sum(widths)
+    crosses = int(cfg.model_config.get("crosses", 0))     # Wide&Deep's crosses: its wide part only
+    deep_in = n_dense + sum(widths[:len(widths) - crosses])
     sizes = [deep_in] + list(cfg.fc_sizes) + [2]
     names = fam.dense_names(cfg, n_dense, len(widths))
     fc = [n for n in names if n.startswith(("fc", "out"))]

@@ -1,7 +1,8 @@
 """Three layouts of click logs, each made, prepped and trained once per test session, for the ONNX and
 server tests of every family: Criteo (the committed sample's first 40k lines), a CSV with a header,
-string ids and no dense column (a multi-valued field in the log's own ``|`` form), and a Parquet file
-with two list columns, one pooled with ``mean`` and one with ``sum``, over two ``embedding_dim``.
+string ids and no dense column (a multi-valued field in the log's own ``|`` form), a Parquet file
+with two list columns, one pooled with ``mean`` and one with ``sum``, over two ``embedding_dim``, and
+a CSV with crosses (Wide&Deep's only: :func:`takes`).
 
 The raw rows of each test split are recovered from the raw files: prep's split is deterministic
 (:class:`~ctr_volcano.data.prep.split.StratifiedSplit` over the labels in input order, one test
@@ -22,7 +23,7 @@ from ctr_model.feature_spec import FeatureSpec, criteo_spec, spec_from_dict
 from ctr_model.features import RAW_COLUMNS
 from ctr_volcano.app.cli.main import main as cli
 
-__all__ = ["LAYOUTS", "FAMILIES", "Layout", "make_layout", "train_model", "TEST_FRACTION"]
+__all__ = ["LAYOUTS", "FAMILIES", "Layout", "make_layout", "train_model", "TEST_FRACTION", "takes"]
 
 _log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +46,14 @@ LAYOUTS: Dict[str, Optional[dict]] = {
                                       {"name": "tags", "multivalued": True, "pooling": "sum", "max_length": 5,
                                        "embedding_dim": 8},
                                       {"name": "site", "embedding_dim": 4}]},
+    # Wide&Deep's crosses (its only family): pairwise and three-way, planted by gen-data
+    "csv_crosses": {"format": "csv", "header": True, "label": "clicked", "hash_buckets": 100003,
+                    "embedding_dim": 4, "dense": [{"name": "price", "transform": "log1p"}],
+                    "categorical": [{"name": "user"}, {"name": "site"}, {"name": "ad"},
+                                    {"name": "genres", "multivalued": True, "separator": "|",
+                                     "pooling": "mean", "max_length": 6}],
+                    "crosses": [{"features": ["user", "ad"]},
+                                {"features": ["site", "ad", "user"], "hash_buckets": 50021}]},
 }
 #: (family, model_config per layout): DCN-v2 full-rank on Criteo, low-rank on the others.
 FAMILIES: List[Tuple[str, Dict[str, dict]]] = [
@@ -52,6 +61,13 @@ FAMILIES: List[Tuple[str, Dict[str, dict]]] = [
     ("dcn_v2", {"criteo": {"cross_layers": 2, "low_rank": 0}, "csv_no_dense": {"low_rank": 8},
                 "parquet_lists": {"low_rank": 8}}),
 ]
+
+
+def takes(layout: str, model: str) -> bool:
+    """Whether family ``model`` trains layout ``layout`` (crosses: Wide&Deep only)."""
+    from ctr_model.spec_crosses import CROSS_FAMILIES
+
+    return not (LAYOUTS[layout] or {}).get("crosses") or model in CROSS_FAMILIES
 
 
 @dataclass

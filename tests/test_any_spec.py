@@ -62,7 +62,7 @@ for name, doc in json.loads(sys.argv[2]).items():
         feed = {"label": np.zeros((n, 1), "int64")}
         if spec.dense:
             feed["dense_input"] = np.stack([cols[d.name] for d in spec.dense], 1)
-        for j, c in enumerate(spec.categorical):
+        for j, c in enumerate(spec.slot_features):      # a cross's ids too: one more single-valued slot
             lengths = rng.integers(1, 4, n) if c.multivalued else np.ones(n, "int64")
             flat = rng.integers(0, cfg.hash_buckets, int(lengths.sum()))
             feed["cat%d" % j] = paddle.base.create_lod_tensor(flat.reshape(-1, 1).astype("int64"),

@@ -1,4 +1,4 @@
-"""Every model family on three layouts of click logs, trained once per session on a real 2x2 local gang
+"""Every model family on the layouts of click logs, trained once per session on a real 2x2 local gang
 (:mod:`tests.serving_layouts`): its exported ONNX graph scores the whole test split as the numpy
 scorer does, and the KServe server, a real process on loopback, answers the split's raw rows (as the
 log has them: text, numbers, JSON lists, the log's own separator) with the scorer's probabilities.
@@ -19,8 +19,8 @@ import pytest
 
 from ctr_model.infer import load_model
 from ctr_model.onnx_inputs import feeds, layout_of
-from ctr_model.transforms import categorical_ids, dense_value
-from tests.serving_layouts import FAMILIES, LAYOUTS, Layout, make_layout, raw_values, train_model
+from ctr_model.transforms import categorical_ids, cross_columns, dense_value
+from tests.serving_layouts import FAMILIES, LAYOUTS, Layout, make_layout, raw_values, takes, train_model
 from tools.model_server import model_server
 from tools.v2_client import V2Error, columns_to_body, infer, raw_to_body
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow       # real gangs (once per layout and family), r
 
 _log = logging.getLogger(__name__)
 CASES = [pytest.param(layout, fam, mc.get(layout, {}) if fam == "dcn_v2" else mc, id=f"{layout}-{fam}")
-         for layout in LAYOUTS for fam, mc in FAMILIES]
+         for layout in LAYOUTS for fam, mc in FAMILIES if takes(layout, fam)]
 CHUNK = 2000
 
 
@@ -102,6 +102,8 @@ def _reference(scorer, layout: Layout, values: Dict[str, List[Any]]) -> np.ndarr
     for c in spec.categorical:
         ids = [categorical_ids(spec, c, v) for v in values[c.name]]
         cols[c.name] = pa.array(ids, pa.list_(pa.int64())) if c.multivalued else np.array([i[0] for i in ids])
+    for x, ids in zip(spec.crosses, cross_columns(spec, cols)):
+        cols[x.name] = ids
     return scorer.predict(pa.table(cols) if not spec.is_criteo else cols)
 
 
@@ -195,3 +197,26 @@ def test_a_model_without_its_onnx_files_is_served_from_a_graph_built_in_memory(m
     assert len(served) == 500 and np.abs(np.array(served) - expected).max() <= 1e-6
     assert "the graph built in memory" in (tmp_path / "server.log").read_text()
     assert not (bare / "model.onnx").exists()          # a read-only model directory is fine
+
+
+def test_wide_deep_with_crosses_batch_scores_raw_rows_as_the_scorer(models, tmp_path):
+    """``ctr-volcano score`` on the crosses layout's raw test rows (the crosses computed from the ids,
+    as prep and the server compute them) gives the numpy scorer's probabilities; the trained model's
+    cross table holds weights learnt for many crosses."""
+    import pyarrow.csv as pacsv
+
+    from ctr_volcano.scoring import ScoreArgs, score
+
+    layout, model_dir, _ = models("csv_crosses", "wide_deep", {})
+    scorer = load_model(model_dir)
+    cross_table = scorer.tables[-1]
+    keys, rows = scorer.table_arrays(len(scorer.tables) - 1)
+    assert cross_table.features == ("user_x_ad", "site_x_ad_x_user") and len(keys) > 1000
+    assert np.abs(rows[:, 0]).max() > 1e-3
+    names = [layout.label] + [d.name for d in layout.spec.dense] + [c.name for c in layout.spec.categorical]
+    pacsv.write_csv(pa.table({n: pa.array(layout.raw[n], pa.string()) for n in names}), tmp_path / "day.csv")
+    doc = score(ScoreArgs(model=model_dir, inputs=(str(tmp_path / "day.csv"),), out=str(tmp_path / "out")))
+    scored = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("part-*.parquet"))])
+    expected = scorer.predict(_test_split(layout))
+    assert doc["rows_scored"] == scored.num_rows == len(expected)
+    assert np.abs(scored.column("probability").to_numpy() - expected).max() <= 1e-6

@@ -96,10 +96,14 @@ def with_features(config: TrainConfig, features: Optional[FeatureSpec]) -> Train
     if features is None or not features.categorical:
         return config
     from ctr_model.sparse_tables import mixed_dims_refusal, sparse_tables
+    from ctr_model.spec_crosses import crosses_refusal
 
-    refusal = mixed_dims_refusal(config.model, sparse_tables(features, config.embedding_dim))
+    refusal = (crosses_refusal(config.model, features.crosses)
+               or mixed_dims_refusal(config.model, sparse_tables(features, config.embedding_dim)))
     if refusal:
         raise ConfigError("model", config.model, refusal)
+    if config.model == "wide_deep":     # the crosses are its last slots, read by the wide part only
+        config = config.replace(model_config={**config.model_config, "crosses": len(features.crosses)})
     return config.replace(embedding_dim=features.categorical[0].embedding_dim)
 
 

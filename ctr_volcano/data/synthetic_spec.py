@@ -22,6 +22,11 @@ a click) is drawn only where the parent is 1, with that rate among those rows, s
 probability is the product of the two. ``oracle.json`` then also holds ``tasks``: per task the AUC
 and logloss of its true impression probabilities and, for a dependent task, of its true conditional
 probabilities over the rows where the parent is 1 (``after_<parent>``).
+
+A spec with ``crosses`` gets a planted interaction per cross: a normal weight (times
+:data:`CROSS_WEIGHT`) for every combination of its features' ids (none when one is empty), added to
+the click's log-odds, so only a model that sees the combination (Wide&Deep's crossed wide part, or
+an interaction a deep part learns) reaches the oracle. Without crosses the draws are what they were.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ from ctr_model.checks import is_int
 from ctr_model.feature_spec import FeatureSpec
 from ctr_volcano.errors import BadInput
 
-__all__ = ["generate_spec", "VOCAB", "ORACLE_FILE"]
+__all__ = ["generate_spec", "VOCAB", "ORACLE_FILE", "CROSS_WEIGHT"]
 
 ORACLE_FILE = "oracle.json"
 #: Ids per categorical feature.
@@ -45,13 +50,30 @@ VOCAB = 300
 _SPREAD = 1.6     # standard deviation of the planted log-odds
 #: The rate of each task after the first (among its parent's 1s for a dependent task).
 TASK_RATE = 0.2
+#: Standard deviation of a planted cross's weight per combination of ids (a feature's own: 1).
+CROSS_WEIGHT = 1.0
+#: Combinations of ids a cross's planted weights cover (every pair of :data:`VOCAB` ids; a cross of
+#: three or more features folds its combinations into these).
+_CROSS_CELLS = VOCAB * VOCAB
 
 
 def _planted(spec: FeatureSpec, seed: int) -> Dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 7])
     model = {d.name: rng.normal() * np.ones(1) for d in spec.dense}
     model.update({c.name: rng.normal(size=VOCAB) for c in spec.categorical})
+    model.update({f"cross:{x.name}": rng.normal(size=_CROSS_CELLS) * CROSS_WEIGHT for x in spec.crosses})
     return model
+
+
+def _cross_effect(x: Any, model: Dict[str, np.ndarray], raw: Dict[str, Any]) -> np.ndarray:
+    """The planted log-odds of cross ``x`` on drawn rows: its weight of the row's combination of ids,
+    0 where one of them is empty."""
+    ids = [raw[name] for name in x.features]
+    cell = np.zeros(len(ids[0]), dtype=np.int64)
+    for k in ids:
+        cell = (cell * VOCAB + np.maximum(k, 0)) % _CROSS_CELLS
+    empty = np.any(np.stack([k < 0 for k in ids]), axis=0)
+    return np.where(empty, 0.0, model[f"cross:{x.name}"][cell])
 
 
 def _draw(spec: FeatureSpec, model: Dict[str, np.ndarray], rng: np.random.Generator, n: int
@@ -88,6 +110,8 @@ def _draw(spec: FeatureSpec, model: Dict[str, np.ndarray], rng: np.random.Genera
             empty = rng.random(n) < 0.03
             logit += np.where(empty, 0.0, w[ids])
             raw[c.name] = np.where(empty, -1, ids)
+    for cross in spec.crosses:
+        logit += _cross_effect(cross, model, raw)
     return raw, logit
 
 

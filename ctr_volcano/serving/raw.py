@@ -19,6 +19,9 @@ Accepted, per input of shape ``[N]`` (or ``[N, 1]``):
   ``separator``) or a JSON list (``["a", "b"]``, ``[3, 7]``; ``[]`` or ``""`` when missing). A row
   whose text starts with ``[`` is read as JSON.
 
+A cross (the spec's ``crosses``) is no input: its ids are computed from its features' ids by
+:func:`ctr_model.transforms.cross_column`, as prep computes them.
+
 The spec's label and ``ignore`` columns may be sent too (a log row as it is); they are not used.
 """
 from __future__ import annotations
@@ -31,7 +34,14 @@ import numpy as np
 from ctr_model.feature_spec import CategoricalFeature, DenseFeature, FeatureSpec, criteo_spec, spec_from_dict
 from ctr_model.features import DENSE_COLUMNS, SPARSE_COLUMNS, BadRow
 from ctr_model.onnx_inputs import DENSE_INPUT, IDS_INPUT, layout_of, padded
-from ctr_model.transforms import categorical_column, dense_column, dense_value, multivalued_column, parse_number
+from ctr_model.transforms import (
+    categorical_column,
+    cross_columns,
+    dense_column,
+    dense_value,
+    multivalued_column,
+    parse_number,
+)
 from ctr_volcano.errors import BadInput
 
 __all__ = ["RAW_INPUTS", "BYTES", "NUMERIC", "INTEGER", "request_spec", "raw_inputs", "model_inputs"]
@@ -192,6 +202,10 @@ def model_inputs(spec: FeatureSpec, columns: Mapping[str, Tuple[str, Any]]) -> D
         ids = _text_array(c.name, arr) if datatype == BYTES else _integers(arr)
         feed[IDS_INPUT][:, single] = categorical_column(spec, c, ids)
         single += 1
+    if spec.crosses:        # the ids' last columns: computed from the features' ids, as prep does
+        at = {name: k for k, name in enumerate(layout.ids)}
+        crossed = cross_columns(spec, {n: feed[IDS_INPUT][:, at[n]] for n in spec.cross_features})
+        feed[IDS_INPUT][:, single:] = np.stack(crossed, axis=1)
     return feed
 
 

@@ -71,8 +71,10 @@ def check_train_data(data_path: str, trainers: int, *, client: Any = None, model
 
 def _check_dims(model: str, features: Any) -> None:
     from ctr_model.sparse_tables import mixed_dims_refusal, sparse_tables
+    from ctr_model.spec_crosses import crosses_refusal
 
-    refusal = mixed_dims_refusal(model, sparse_tables(features, 1))
+    refusal = None if features is None else crosses_refusal(model, features.crosses)
+    refusal = refusal or mixed_dims_refusal(model, sparse_tables(features, 1))
     if refusal is None and features is not None and not features.is_criteo:
         from ctr_model.models.multitask import tasks_refusal
 
@@ -99,5 +101,7 @@ def check_init_model(init_model: str, config: Mapping[str, Any], pservers: int,
     if "hash_buckets" not in config and data_hash_buckets:
         full["hash_buckets"] = data_hash_buckets
     full["embedding_dim"] = sparse_tables(features, full["embedding_dim"])[0].dim
+    if full["model"] == "wide_deep":     # its crosses come from the spec, as in the trainers
+        full["model_config"] = {**full["model_config"], "crosses": len(getattr(features, "crosses", ()))}
     check_compatible(read_init_model(init_model), full, pservers, SCHEMA_VERSION,
                      features.to_dict() if features is not None else None)

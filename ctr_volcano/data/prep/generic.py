@@ -22,6 +22,7 @@ import numpy as np
 from ctr_model.feature_spec import DenseFeature, FeatureSpec
 from ctr_model.transforms import (
     categorical_column,
+    cross_columns,
     dense_column,
     dense_reject,
     multivalued_column,
@@ -299,6 +300,10 @@ def _transform(spec: FeatureSpec, table: Any, keep: np.ndarray, raw: Dict[str, n
             ids = categorical_column(spec, c, column)
             missing[len(spec.dense) + k] = int(np.count_nonzero(ids == k))
         cols.append(ids if isinstance(ids, pa.Array) else pa.array(ids))
+    if spec.crosses:
+        ids_of = {c.name: col for c, col in zip(spec.categorical, cols[-len(spec.categorical):])}
+        cols += [pa.array(x) for x in cross_columns(spec, {n: c.to_numpy() for n, c in ids_of.items()
+                                                            if n in spec.cross_features})]
     return pa.Table.from_arrays(cols, schema=output_schema(spec)), missing
 
 
@@ -361,7 +366,7 @@ def _standardized(spec: FeatureSpec, files: Sequence[str]) -> FeatureSpec:
 def _id_space(spec: FeatureSpec) -> int:
     """The ``hash_buckets`` of ``schema.json``: every feature's ids are below it (the trainer's one
     shared table)."""
-    return max([c.hash_buckets for c in spec.categorical] or [spec.hash_buckets])
+    return max([c.hash_buckets for c in spec.slot_features] or [spec.hash_buckets])
 
 
 def prep_spec(files: Sequence[str], train_dir: str, test_dir: str, config: PrepConfig,
