@@ -36,8 +36,9 @@ def ctr_volcano_cli(*args: str, timeout: float = 600):
 #: How far below the planted oracle a cluster gang's model may score and still count as trained.
 #: The quality goal (within 0.02 of the oracle) is measured quietly by ``bench/models.py``; here
 #: 2x2 async gangs share 2 loaded cores with the control plane, and on the planted 180k rows at 3
-#: epochs they scored 0.746-0.765 against an oracle of 0.773 (local 2x2 gangs: 0.760-0.765 quiet),
-#: so these tests check that the gang trained a real model, not the goal itself.
+#: epochs they scored 0.746-0.764 against an oracle of 0.773 (local 2x2 gangs on the same shared
+#: box: 0.760-0.765; docs/training.md), so these tests check that the gang trained a real model,
+#: not the goal itself.
 TRAINED_GAP = 0.05
 
 
