@@ -14,6 +14,7 @@ from ctr_volcano.training.volcano.client import KubeClient
 from ctr_volcano.training.volcano.diagnosis import Eviction, RestartCause, explain_restarts, failure_of
 from ctr_volcano.training.volcano.launcher import VolcanoLauncher
 from ctr_volcano.training.volcano.preemption import (
+    EvictionReader,
     WorkLedger,
     annotate,
     crash_restarts,
@@ -89,6 +90,32 @@ def test_the_action_comes_from_the_pods_evict_event(message, kind, action):
     assert eviction == Eviction(kind=kind, action=action, by=("ml/ctr-a (queue prod)",))
 
 
+class _PlacedLate:
+    """A client whose namespace shows the gang placed in the room from the ``placed_at``-th pod list on."""
+
+    def __init__(self, placed_at: int):
+        self.placed_at, self.lists = placed_at, 0
+
+    def list_events(self, namespace, selector):
+        return [_event("Evict", "Pod is evicted, because of gangreclaim", "ctr-low-trainer-0")] \
+            if selector.startswith("involvedObject") else []
+
+    def list_pods(self, namespace, selector):
+        self.lists += 1
+        return [_pod("ctr-a-trainer-0", "ctr-a", "prod", nominated="n-1")] if self.lists >= self.placed_at else []
+
+
+@pytest.mark.parametrize("placed_at, reads, by", [(3, 6, ("ml/ctr-a (queue prod)",)), (9, 6, ())])
+def test_the_room_is_read_again_until_the_gang_placed_in_it_shows(placed_at, reads, by):
+    """Volcano nominates the gang it made room for in the eviction's scheduling cycle, which can come
+    after the launcher notices the evicted pod: the reader waits for it, ``reads`` times at most."""
+    client, waits = _PlacedLate(placed_at), []
+    reader = EvictionReader(client, NS, JOB, lambda fn, *a: fn(*a), waits.append, reads=reads, interval_s=2.0)
+    eviction = reader.read(failure_of(JOB, _victim(), 0, ""))
+    assert eviction == Eviction("Reclaimed", "gangreclaim", by)
+    assert client.lists == min(placed_at, reads) and waits == [2.0] * (client.lists - 1)
+
+
 def test_an_eviction_ends_its_attempt_and_does_not_use_up_max_retry():
     crash = failure_of(JOB, {"metadata": {"name": "ctr-low-trainer-1", "uid": "t1",
                                           "annotations": {"volcano.sh/job-retry-count": "0"}},
@@ -110,7 +137,7 @@ def test_an_eviction_ends_its_attempt_and_does_not_use_up_max_retry():
         "(trainer) PreemptionByScheduler: volcano: preempting to accommodate a higher priority pod; "
         "not counted against max_retry")
     unseen = Eviction("Evicted")
-    assert "by a gang the launcher cannot see (another namespace)" in unseen.describe()
+    assert "by a gang not seen in this namespace (another namespace's, or not placed yet)" in unseen.describe()
 
 
 TRAINER_ATTEMPT_1 = [

@@ -204,7 +204,7 @@ class Eviction:
     by: Tuple[str, ...] = ()
 
     def describe(self) -> str:
-        who = " and ".join(self.by) if self.by else "a gang the launcher cannot see (another namespace)"
+        who = " and ".join(self.by) if self.by else "a gang not seen in this namespace (another namespace's, or not placed yet)"
         how = f" (Volcano's {self.action})" if self.action else ""
         return f"{self.kind} by {who}{how}"
 

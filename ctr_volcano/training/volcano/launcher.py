@@ -151,7 +151,7 @@ class VolcanoLauncher:
         self.pod_watch = PodWatch(client, self.namespace, self._selector, self._on_pod, self.calls, log)
         #: what gangs evicted to make room for another train again (:mod:`.preemption`)
         self.ledger = WorkLedger(self.name, log)
-        self._evictions = EvictionReader(client, self.namespace, self.name, self._api)
+        self._evictions = EvictionReader(client, self.namespace, self.name, self._api, self.calls.sleep)
         self.logs = LogFollower(self.name, self._read_log, self.ledger.tap(log))
         self._log_errors: set = set()
         self.watchdog = StallWatchdog(spec.stall_timeout_s)

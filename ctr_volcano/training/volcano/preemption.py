@@ -255,17 +255,35 @@ class WorkLedger:
 class EvictionReader:
     """Fetches what :func:`eviction_of` reads, through the launcher's retrying API wrapper.
 
+    The gang the room was made for is nominated to the freed node in the scheduling cycle of the
+    eviction, which can come a little after the launcher notices the evicted pod (seen once in CI):
+    while no such gang is found, the read is repeated ``reads`` times, ``interval_s`` apart.
+
     Args:
         client: the launcher's Kubernetes client (``list_events``, ``list_pods``).
         namespace: the Job's namespace (the launcher's RBAC reads this one only).
         job: the Job's name.
         api: ``api(fn, *args)``: the launcher's call-with-retries.
+        sleep: the launcher's interruptible wait.
+        reads: reads at most while no gang is found in the room.
+        interval_s: the wait between them.
     """
 
-    def __init__(self, client: Any, namespace: str, job: str, api: Callable[..., Any]):
+    def __init__(self, client: Any, namespace: str, job: str, api: Callable[..., Any],
+                 sleep: Callable[[float], None], reads: int = 6, interval_s: float = 2.0):
         self.client, self.namespace, self.job, self.api = client, namespace, job, api
+        self.sleep, self.reads, self.interval_s = sleep, max(1, reads), interval_s
 
     def read(self, failure: PodFailure) -> Eviction:
+        for attempt in range(self.reads):
+            if attempt:
+                self.sleep(self.interval_s)
+            eviction = self._read_once(failure)
+            if eviction.by:
+                break
+        return eviction
+
+    def _read_once(self, failure: PodFailure) -> Eviction:
         pod_events = [e for e in self.api(self.client.list_events, self.namespace, f"involvedObject.name={failure.pod}")
                       if (e.get("involvedObject") or {}).get("uid") in (None, "", failure.uid)]
         pods = self.api(self.client.list_pods, self.namespace, _JOB_LABEL)
