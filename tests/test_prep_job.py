@@ -107,6 +107,19 @@ def test_another_failure_names_the_worker_and_its_last_log_line(tmp_path):
         _runner(client, tmp_path).run("write", f"{tmp_path}/w", 2)
 
 
+@pytest.mark.parametrize("pods, why", [
+    ([{"metadata": {"name": "ctr-prep-run1-write-0"}, "status": {"containerStatuses": [
+        {"state": {"waiting": {"reason": "ErrImagePull", "message": "pull access denied for reg.local/x"}}}]}}],
+     "pod ctr-prep-run1-write-0: ErrImagePull: pull access denied for reg.local/x"),
+    ([], "no pod of it is left to say why"),
+])
+def test_a_job_that_failed_without_a_failed_pod_says_what_its_pods_show(tmp_path, pods, why):
+    """A pod whose image cannot be pulled never exits: the failure names the pull, not only the phase."""
+    client = _Client(["Running", "Failed"], pods=pods)
+    with pytest.raises(FanoutFailed, match="the Job ended Failed with no pod that exited non-zero; " + why):
+        _runner(client, tmp_path).run("write", f"{tmp_path}/w", 2)
+
+
 def test_an_unplaced_gang_fails_with_its_podgroup_reason(tmp_path):
     pg = {"status": {"phase": "Pending", "conditions": [
         {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",

@@ -42,7 +42,7 @@ from ctr_volcano.errors import BadInput, Interrupted, TransientError
 from ctr_volcano.training.params import DEFAULT_SCHEDULE_TIMEOUT_S
 from ctr_volcano.training.volcano.api_calls import ApiCalls, Cancelled
 from ctr_volcano.training.volcano.api_types import JOBS
-from ctr_volcano.training.volcano.diagnosis import podgroup_summary
+from ctr_volcano.training.volcano.diagnosis import pod_problems, podgroup_summary
 from ctr_volcano.training.volcano.handoff import RUNS_DIR, put_on_claim
 from ctr_volcano.training.volcano.manifest import LABEL_JOB, check_job
 from ctr_volcano.util.outputs import room_for
@@ -276,7 +276,15 @@ class VolcanoRunner:
             if code == EXIT_BAD_INPUT:
                 raise_worker_error(work, phase, index, code, tail)
         index, code, tail = failed[0] if failed else (-1, -1, "")
-        raise_worker_error(work, phase, index, code, tail or f"the Job ended {job_phase} with no failed pod left")
+        raise_worker_error(work, phase, index, code, tail or self._no_failed_pod(name, job_phase))
+
+    def _no_failed_pod(self, name: str, job_phase: str) -> str:
+        """Why a Job ended without a pod that exited non-zero: its pods' visible problems (an image
+        that cannot be pulled, a pod never scheduled) or, when none is left to read, only that."""
+        pods = self.calls.call(self.client.list_pods, self.pods.namespace, f"{LABEL_JOB}={name}")
+        problems = [line for pod in pods for line in pod_problems(pod)]
+        seen = f"; {' | '.join(problems[:3])}" if problems else "; no pod of it is left to say why"
+        return f"the Job ended {job_phase} with no pod that exited non-zero{seen}"
 
     def _failed_pods(self, name: str) -> List[Tuple[int, int, str]]:
         out = []
