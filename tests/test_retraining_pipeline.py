@@ -122,6 +122,15 @@ def test_local_variant_differs_only_in_the_two_time_placeholders(tmp_path):
       'validation_thresholds={"features": {"I1": {"new_id_rate": 0.1}}}'], "I1.new_id_rate"),
     (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p",
       "validation_baseline=no/such/profile"], "validation_baseline='no/such/profile'"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "--score-data-uri", "c/day={day}"],
+     "--score-data-uri='c/day={day}': unknown template field {day}"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "--score-data-uri", " "],
+     "--score-data-uri=' '"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p", "score_fanout=-1"],
+     "score_fanout=-1"),
+    (["--days", "1", "--start-date", "2026-01-01", "--data", "d/day={date}", "-p", "score_data_uri=c/day={date}"],
+     "--score-data-uri"),
+    (["--score-data-uri", "c/day={date}"], "--score-data-uri"),     # only with --days
 ])
 def test_backfill_refuses_bad_input_before_any_run(tmp_path, capsys, argv, field):
     assert cli.main(["run", "--workdir", str(tmp_path / "w")] + argv) == 2
