@@ -7,6 +7,7 @@ model with ``--score-data-uri`` scores the day's candidates with it, ids kept; a
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -85,11 +86,13 @@ def test_a_promoted_run_scores_the_candidates_and_a_refused_one_does_not(days):
 
     champion = ModelRegistry(str(registry), "ctr-dnn").champion()
     assert champion.version == day["version"]
+    onnx = (Path(champion.model_uri) / "model.onnx").read_bytes()
+    assert doc["model"]["sha256"] == hashlib.sha256(onnx).hexdigest()
 
     # the gate refuses (min_auc above anything random labels reach): the same candidates stay unscored
     work = _run(days, "refused", uri + ["-p", "min_auc=0.99"], registry)
     (day,) = json.loads((work / "backfill.json").read_text())["days"]
-    assert not day["published"], day
+    assert not day["published"] and "< min_auc 0.99" in day["reason"], day
     assert _scores(work) == [] and day["scores"] is None
     assert not list(work.glob("runs/*/outputs/*/resolve-data-window-2"))     # no candidates copied either
     assert ModelRegistry(str(registry), "ctr-dnn").champion().version == champion.version
