@@ -33,7 +33,7 @@ differs, since this pipeline hands data over through the named claim either way.
 Compiled to ``ctr_retraining_pipeline.yaml`` next to this file by ``ctr-volcano compile``.
 """
 
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from kfp import dsl, kubernetes
 from kfp.dsl import Markdown, Metrics, Model
@@ -184,10 +184,11 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
     return ctr_retraining_pipeline
 
 
-def _score_candidates(score_data_uri, run_date, schedule_time, create_time, model, keep_columns, fanout,
-                      step) -> None:
+def _score_candidates(score_data_uri: Any, run_date: Any, schedule_time: Any, create_time: Any, model: Any,
+                      keep_columns: Any, fanout: Any, step: Mapping[str, Any]) -> None:
     """The run day's candidates, scored with the model the run has just promoted (inside the pipeline's
-    conditions): a one-day window over ``score_data_uri``, then ``score_ctr`` on the claim."""
+    conditions): a one-day window over ``score_data_uri``, then ``score_ctr`` on the claim. The arguments
+    are the pipeline's channels (its parameters, the times it passes the data window, the trained model)."""
     candidates = resolve_data_window(data_uri=score_data_uri, run_date=run_date, schedule_time=schedule_time,
                                      create_time=create_time, window_days=1, lag_days=0)
     candidates.set_display_name("candidates window")
