@@ -8,6 +8,8 @@ Thin adapters over :mod:`ctr_volcano.retraining.window`, :mod:`ctr_volcano.retra
   (``promote=gate.outputs["Output"]``) instead of sitting under ``dsl.If``: every version is
   registered (refused ones with the reason), and ``kfp.local``'s silently-false conditions on named
   outputs of multi-output tasks cannot skip a promotion.
+* ``register_model`` returns whether its version became the champion, as its only output: steps that
+  use the new champion sit under ``dsl.If`` on it, a condition ``kfp.local`` does evaluate.
 * ``find_champion`` always writes its Model output; with no champion yet it is an empty directory
   with ``metadata["found"] = False``, which ``train_ctr`` reads as "cold start" and the gate as "first
   run". That sentinel stops at these component boundaries.
@@ -166,7 +168,7 @@ def register_model(
     model_name: str,
     version: str,
     promote: bool,
-):
+) -> bool:
     """Register the trained model as a new version and, if the gate passed it, make it the champion.
 
     Args:
@@ -179,6 +181,10 @@ def register_model(
         model_name: the model's name in the registry.
         version: the version id (pass dsl.PIPELINE_JOB_ID_PLACEHOLDER: the KFP run id).
         promote: the gate's verdict; True moves the champion pointer to this version.
+
+    Returns:
+        True when this version became the champion (the condition of the pipeline's steps that use
+        the new champion, e.g. scoring the day's candidates).
     """
     import json
     import logging
@@ -202,6 +208,7 @@ def register_model(
         pointer = reg.promote(version)
         logging.info("register_model: %s is the champion of %s (was %s)", version, model_name,
                      pointer["previous"])
-    else:
-        logging.info("register_model: %s registered, not promoted (%s); champion stays %s", version,
-                     gate["decision"]["reason"], champion.metadata.get("version") or "none")
+        return True
+    logging.info("register_model: %s registered, not promoted (%s); champion stays %s", version,
+                 gate["decision"]["reason"], champion.metadata.get("version") or "none")
+    return False

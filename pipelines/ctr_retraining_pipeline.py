@@ -14,8 +14,13 @@ What a scheduled run does (``ctr-volcano submit --cron ...`` creates the schedul
    validation warned is not promoted unless ``allow_warnings``.
 7. ``register_model`` stores the challenger as a new version (parent: the champion, with the gate's
    decision and the validation's verdict) and, only if the gate passed it, moves the champion pointer.
+8. Optionally (``score_data_uri`` set) and only if the new version became the champion,
+   ``resolve_data_window`` copies the run day's candidates and ``score_ctr`` scores them with it.
 
-No ``dsl.If``: the gate's verdict is an argument of the registration step (see components/retrain.py).
+The gate's verdict is an argument of the registration step, not a ``dsl.If`` (see
+components/retrain.py); the only conditions are the scoring step's, on the pipeline parameter and on
+``register_model``'s single output (``kfp.local`` evaluates both; it does not evaluate a condition on a
+named output of a multi-output task such as the gate).
 On a cluster the data, the registry and the training handoff live on one ReadWriteMany PVC mounted by
 every step that touches them; under ``kfp.local`` the mounts are ignored and paths are local.
 
@@ -28,13 +33,14 @@ differs, since this pipeline hands data over through the named claim either way.
 Compiled to ``ctr_retraining_pipeline.yaml`` next to this file by ``ctr-volcano compile``.
 """
 
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from kfp import dsl, kubernetes
 from kfp.dsl import Markdown, Metrics, Model
 
 from components.data_prep import prepare_ctr_data
 from components.retrain import champion_challenger_gate, find_champion, register_model, resolve_data_window
+from components.score import score_ctr
 from components.signature import pipeline_with_parameters
 from components.train import train_ctr
 from components.validate import validate_ctr_data
@@ -95,6 +101,9 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         validation_thresholds: str = "",
         validation_baseline: str = "",
         allow_warnings: bool = False,
+        score_data_uri: str = "",
+        score_keep_columns: str = "",
+        score_fanout: int = 0,
         **step,
     ) -> NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics), ("gate_report", Markdown),
                                 ("model", Model)]):
@@ -120,6 +129,9 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             validation_thresholds: data validation thresholds for this run as JSON, over the feature spec's validation: section (docs/validation.md), e.g. {"js_divergence": 0.5}.
             validation_baseline: validate the day against this profile (a profile.json, prep output or model on the PVC) instead of the champion's training data.
             allow_warnings: promote a challenger even if the day's data validation warned (a failed validation always stops the run before training).
+            score_data_uri: the day's candidate rows to score with the new champion, in the feature spec's layout (label optional), with a {date} template like data_uri (the run date, no lag), e.g. /mnt/ctr/candidates/day={date}; empty scores nothing. Scored only when this run promotes its model.
+            score_keep_columns: comma-separated candidate columns copied into the scores beside probability, e.g. id.
+            score_fanout: 0 scores in one step; N > 0 fans scoring out to a Volcano Job of N pods on pvc_name. The scores are the same for every value.
 
         Returns:
             published: whether the challenger became the champion; gate_metrics and gate_report: both
@@ -160,12 +172,32 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         register.set_display_name("register / promote")
         for task in (window, prep, champion, validate, train, register):   # ignored by kfp.local
             kubernetes.mount_pvc(task, pvc_name=step["pvc_name"], mount_path=PVC_MOUNT_PATH)
+        with dsl.If(score_data_uri != "", name="score-candidates"):
+            with dsl.If(register.output == True, name="promoted"):  # noqa: E712 (a KFP condition)
+                _score_candidates(score_data_uri, run_date, schedule_time, create_time, train.outputs["model"],
+                                  score_keep_columns, score_fanout, step)
         outputs = NamedTuple("Outputs", [("published", bool), ("gate_metrics", Metrics),
                                          ("gate_report", Markdown), ("model", Model)])
         return outputs(published=gate.outputs["Output"], gate_metrics=gate.outputs["metrics"],
                        gate_report=gate.outputs["report"], model=train.outputs["model"])
 
     return ctr_retraining_pipeline
+
+
+def _score_candidates(score_data_uri: Any, run_date: Any, schedule_time: Any, create_time: Any, model: Any,
+                      keep_columns: Any, fanout: Any, step: Mapping[str, Any]) -> None:
+    """The run day's candidates, scored with the model the run has just promoted (inside the pipeline's
+    conditions): a one-day window over ``score_data_uri``, then ``score_ctr`` on the claim. The arguments
+    are the pipeline's channels (its parameters, the times it passes the data window, the trained model)."""
+    candidates = resolve_data_window(data_uri=score_data_uri, run_date=run_date, schedule_time=schedule_time,
+                                     create_time=create_time, window_days=1, lag_days=0)
+    candidates.set_display_name("candidates window")
+    scoring = score_ctr(model=model, candidates=candidates.outputs["raw_data"], keep_columns=keep_columns,
+                        fanout=fanout, pvc_name=step["pvc_name"], pvc_mount_path=PVC_MOUNT_PATH,
+                        namespace=step["namespace"], queue=step["queue"])
+    scoring.set_display_name("score candidates with the new champion")
+    for task in (candidates, scoring):   # ignored by kfp.local
+        kubernetes.mount_pvc(task, pvc_name=step["pvc_name"], mount_path=PVC_MOUNT_PATH)
 
 
 ctr_retraining_pipeline = build_retraining_pipeline()

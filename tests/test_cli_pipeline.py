@@ -44,6 +44,9 @@ def closed_port_host():
     (["--pipeline", "retraining", "-p", "feature_spec=/mnt/ctr/spec.yaml", "-p",
       'validation_thresholds={"rows_drop": {"warn": 0.6, "fail": 0.4}, "features": {"x": {"js_divergence": 1}}}'],
      "warn above fail"),
+    (["--pipeline", "retraining", "-p", "score_data_uri=/mnt/ctr/candidates/day={day}"],
+     "score_data_uri='/mnt/ctr/candidates/day={day}': unknown template field {day}"),
+    (["--pipeline", "retraining", "-p", "score_fanout=-1"], "score_fanout=-1: use 0 to score in the step"),
 ])
 def test_submit_bad_flags_fail_before_any_request(closed_port_host, capsys, argv, field):
     assert cli.main(["submit", "--host", closed_port_host] + argv) == 2

@@ -8,7 +8,13 @@ import pytest
 
 from ctr_volcano.data.prep import resolve_inputs
 from ctr_volcano.errors import BadInput
-from ctr_volcano.retraining.window import WINDOW_FILE, copy_window, resolve_run_date, resolve_window
+from ctr_volcano.retraining.window import (
+    WINDOW_FILE,
+    check_scoring_params,
+    copy_window,
+    resolve_run_date,
+    resolve_window,
+)
 
 TODAY = dt.date(2026, 5, 17)
 
@@ -80,3 +86,25 @@ def test_missing_day_names_the_day_and_where_the_date_came_from(tmp_path):
     w = resolve_window(str(tmp_path) + "/day={date}", schedule_time="2026-01-02T02:00:00Z")
     with pytest.raises(BadInput, match=r"no data for 2026-01-02 \(run date 2026-01-02 from schedule_time\)"):
         copy_window(w, str(tmp_path / "raw"))
+
+
+@pytest.mark.parametrize("params", [
+    {}, {"score_data_uri": ""}, {"score_data_uri": "/mnt/ctr/candidates/day={date}", "score_fanout": 4},
+    {"score_data_uri": "s3://b/candidates/{date:%Y/%m/%d}/"},
+    {"score_data_uri": "/mnt/ctr/candidates/today.csv", "score_fanout": 0},   # a fixed path: the same rows daily
+])
+def test_scoring_params_accepted(params):
+    check_scoring_params(params)
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"score_data_uri": "c/day={day}"}, "score_data_uri='c/day={day}': unknown template field {day}"),
+    ({"score_data_uri": "c/day={date"}, "score_data_uri='c/day={date': unbalanced braces"),
+    ({"score_data_uri": "  "}, "score_data_uri='  ': give the candidates' location"),
+    ({"score_fanout": -1}, "score_fanout=-1: use 0 to score in the step"),
+    ({"score_fanout": 1.5}, "score_fanout=1.5"),
+])
+def test_scoring_params_refused_with_the_field_and_the_fix(params, message):
+    with pytest.raises(BadInput) as err:
+        check_scoring_params(params)
+    assert str(err.value).startswith(message)

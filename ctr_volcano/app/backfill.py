@@ -27,7 +27,7 @@ _log = logging.getLogger(__name__)
 def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "workdir",
                  registry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None,
                  on_day: Optional[Callable[[Dict[str, Any]], None]] = None, verbose: bool = False,
-                 keep_going: bool = False) -> Dict[str, Any]:
+                 keep_going: bool = False, score_data_uri: str = "") -> Dict[str, Any]:
     """Run the retraining pipeline for ``days`` consecutive run dates starting at ``start_date``.
 
     Args:
@@ -41,13 +41,17 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
         verbose: echo each run's output to stderr (it always goes to its ``run.log``).
         keep_going: a day a step refused (a failed data validation, a bad file) is recorded with its
             error (``refused_by``, ``error``) and the next day runs, as a schedule's next run would.
+        score_data_uri: candidates with a ``{date}`` template, e.g. ``data/candidates/day={date}``: a day
+            whose model is promoted scores that day's candidates with it (the pipeline's
+            ``score_data_uri``, made absolute like ``data_uri``); empty scores nothing.
 
     Returns:
         The summary written to ``WORKDIR/backfill.json``: ``registry``, ``model_name``, ``champion``
         (the final champion's version) and ``days``: per day ``run_date``, ``version``,
         ``published``, ``challenger_auc``, ``champion_auc``, ``champion`` (the version it was
         compared with), ``parent`` (the version it was warm-started from), ``reason``, ``validation``
-        (the data validation's verdict and findings), ``seconds``; a refused day (``keep_going``)
+        (the data validation's verdict and findings), ``scores`` (the scored candidates' directory, or
+        None), ``seconds``; a refused day (``keep_going``)
         has ``refused_by`` (the step) and ``error`` instead of the gate's figures.
 
     Raises:
@@ -58,11 +62,13 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     """
     from ctr_volcano.retraining.registry import ModelRegistry
 
-    first, args, known = _checked(data_uri, start_date, days, params)
+    first, args, known = _checked(data_uri, start_date, days, params, score_data_uri)
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     registry = os.path.abspath(registry) if registry else str(work / "registry")
     local_uri = data_uri if "://" in data_uri else os.path.abspath(data_uri)
+    if score_data_uri:
+        args["score_data_uri"] = score_data_uri if "://" in score_data_uri else os.path.abspath(score_data_uri)
     model_name = args.get("model_name", known["model_name"])
     reg = ModelRegistry(registry, model_name)
     records: List[Dict[str, Any]] = []
@@ -88,9 +94,10 @@ def _run_day(reg: Any, work: Path, args: Dict[str, Any], verbose: bool, keep_goi
     from ctr_volcano.app.run_log import StepBadInput
 
     before = {v.version for v in reg.versions()}
+    run_dir = fresh_run_dir(work)
     try:
         task, seconds = run_in_kfp_local("pipelines.ctr_retraining_pipeline:ctr_retraining_pipeline_local",
-                                         args, fresh_run_dir(work), verbose=verbose)
+                                         args, run_dir, verbose=verbose)
     except StepBadInput as exc:
         if not keep_going:
             raise
@@ -106,18 +113,24 @@ def _run_day(reg: Any, work: Path, args: Dict[str, Any], verbose: bool, keep_goi
             "champion": gate.get("champion_version") or None,
             "parent": new[-1].meta.get("parent") if new else None,
             "reason": gate["decision"]["reason"], "validation": gate.get("validation") or {},
-            "seconds": round(seconds, 1)}
+            "scores": _scores_dir(run_dir), "seconds": round(seconds, 1)}
 
 
-def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping[str, Any]]
-             ) -> Tuple[_dt.date, Dict[str, Any], Dict[str, Any]]:
+def _scores_dir(run_dir: Path) -> Optional[str]:
+    """Where the run scored the day's candidates (``score_data_uri`` set and the model promoted), else None."""
+    found = sorted(run_dir.glob("outputs/*/score-ctr/scores/scores.json"))
+    return str(found[0].parent) if found else None
+
+
+def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping[str, Any]],
+             score_data_uri: str = "") -> Tuple[_dt.date, Dict[str, Any], Dict[str, Any]]:
     """The first run date, the pipeline's arguments and its parameters' defaults, every input checked
     before any run: dates, counts, parameter names, the feature spec, the validation thresholds and
-    baseline, the data template."""
+    baseline, the data template, the scoring parameters."""
     from ctr_volcano.app.catalogue import check_param_names
     from ctr_volcano.app.local_run import LOCAL_OVERRIDES
     from ctr_volcano.data.spec_input import read_feature_spec
-    from ctr_volcano.retraining.window import resolve_window
+    from ctr_volcano.retraining.window import check_scoring_params, resolve_window
     from ctr_volcano.validation.validate import check_params
 
     try:
@@ -129,9 +142,11 @@ def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping
     known = check_param_names(list(params or {}), "retraining", field="params")
     args: Dict[str, Any] = {k: v for k, v in LOCAL_OVERRIDES.items() if k in known}
     for key, value in dict(params or {}).items():
-        if key in ("run_date", "data_uri", "registry"):
-            raise BadInput("params", key, "set by run --days itself (use --start-date, --data, --registry)")
+        if key in ("run_date", "data_uri", "registry", "score_data_uri"):
+            raise BadInput("params", key, "set by run --days itself (use --start-date, --data, --registry, "
+                                          "--score-data-uri)")
         args[key] = value
+    check_scoring_params({**args, "score_data_uri": score_data_uri})
     if args.get("backend") == "local":
         require("paddle", "backend", "local", "a back-fill trains with the local backend, a Paddle gang "
                                               "on this machine")

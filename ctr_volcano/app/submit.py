@@ -187,7 +187,7 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
         "version_id", "version_name", "url"}``.
 
     Raises:
-        BadInput: a bad flag or validation threshold (before any request), no KFP API at ``host``, or
+        BadInput: a bad flag, validation threshold or scoring parameter (before any request), no KFP API at ``host``, or
             a request the server refused (the message names the step and quotes the server's reason).
         TransientError: the server stopped answering in the middle of the submit.
     """
@@ -205,6 +205,10 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
     from ctr_volcano.validation.validate import check_submitted_params
 
     check_submitted_params(dict(params or {}))
+    if pipeline == "retraining":
+        from ctr_volcano.retraining.window import check_scoring_params
+
+        check_scoring_params(dict(params or {}))
     name = run_name or f"ctr-{pipeline}-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     if client is None:
         check_kfp_host(host)

@@ -18,12 +18,12 @@ import datetime as _dt
 import os
 import string
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ctr_model.checks import is_int
 from ctr_volcano.errors import BadInput
 
-__all__ = ["DataWindow", "resolve_run_date", "resolve_window", "copy_window", "WINDOW_FILE"]
+__all__ = ["DataWindow", "resolve_run_date", "resolve_window", "copy_window", "check_scoring_params", "WINDOW_FILE"]
 
 #: Written next to the copied files (prep skips ``.json``): the window, for people and later steps.
 WINDOW_FILE = "window.json"
@@ -122,6 +122,29 @@ def resolve_window(data_uri: str, run_date: str = "", schedule_time: str = "", c
     sources = tuple(data_uri.format(date=d) if templated else data_uri for d in dates)
     return DataWindow(run_date=date, date_source=source, dates=dates, sources=sources,
                       data_uri=data_uri)
+
+
+def check_scoring_params(params: Mapping[str, Any]) -> None:
+    """The retraining pipeline's scoring parameters, checked before a back-fill's first run or an
+    upload: ``score_data_uri`` empty (no scoring) or a location whose only template field is ``{date}``
+    (a fixed path scores the same rows every day), ``score_fanout`` a whole number >= 0.
+
+    Raises:
+        BadInput: naming ``score_data_uri`` or ``score_fanout``, with the fix.
+    """
+    uri = params.get("score_data_uri") or ""
+    if uri and not str(uri).strip():
+        raise BadInput("score_data_uri", uri, "give the candidates' location, e.g. /mnt/ctr/candidates/day={date}, "
+                                              "or leave it empty to score nothing")
+    if uri:
+        try:
+            _has_date_field(str(uri))
+        except BadInput as exc:
+            raise BadInput("score_data_uri", uri, exc.fix) from None
+    fanout = params.get("score_fanout", 0)
+    if not is_int(fanout, 0):
+        raise BadInput("score_fanout", fanout, "use 0 to score in the step, or N > 0 for a Volcano Job of N "
+                                               "scoring pods on pvc_name")
 
 
 def _filesystem(uri: str):

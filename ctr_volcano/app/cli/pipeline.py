@@ -58,6 +58,10 @@ def _register_run(subparsers) -> None:
                    help="with --days: the first run date")
     p.add_argument("--registry", metavar="DIR", default=None,
                    help="with --days: the model registry directory (default WORKDIR/registry)")
+    p.add_argument("--score-data-uri", metavar="PATH", default=None,
+                   help="with --days: candidates to score with each day's newly promoted model, a template "
+                        "such as 'DIR/day={date}' (-p score_keep_columns=id keeps their ids); a day "
+                        "that promotes nothing scores nothing")
     p.add_argument("--keep-going", action="store_true",
                    help="with --days: after a day a step refused (a failed data validation, a bad file), "
                         "record it and run the next day, as a schedule would; exit 2 at the end if any was")
@@ -117,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.days is not None:
         return _backfill(args)
     for flag, value in (("--start-date", args.start_date), ("--registry", args.registry),
-                        ("--keep-going", args.keep_going or None)):
+                        ("--keep-going", args.keep_going or None), ("--score-data-uri", args.score_data_uri)):
         if value is not None:
             from ctr_volcano.errors import BadInput
 
@@ -153,10 +157,12 @@ def _backfill(args: argparse.Namespace) -> int:
               f"{'PUBLISHED' if day['published'] else 'refused'}: challenger AUC "
               f"{day['challenger_auc']:.4f}, champion AUC {champ} (warm start from "
               f"{day['parent'] or 'nothing'}; data {day['validation'].get('verdict', '-')})", flush=True)
+        if day.get("scores"):
+            print(f"{day['run_date']}: candidates scored with it into {day['scores']}", flush=True)
 
     summary = run_backfill(args.data, args.start_date, args.days, args.workdir, args.registry,
                            parse_params(args.param, "retraining"), on_day=show, verbose=args.verbose,
-                           keep_going=args.keep_going)
+                           keep_going=args.keep_going, score_data_uri=args.score_data_uri or "")
     refused = [d["run_date"] for d in summary["days"] if d.get("refused_by")]
     print(f"champion {summary['champion']} in {summary['registry']}/{summary['model_name']}\n"
           f"summary {args.workdir.rstrip('/')}/backfill.json")
