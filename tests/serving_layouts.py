@@ -171,11 +171,8 @@ def _one_dim(layout: Layout, root: Path) -> str:
 
 
 def train_model(layout: Layout, model: str, model_config: dict, root: Path) -> Tuple[str, str]:
-    """``(model directory, how it was made)``: a real 2x2 local gang, 1 epoch of the small model.
-
-    A spec without dense features: until the trainer takes one (it refuses it today), a model with
-    random parameters over the ids the train split has, exported as training exports."""
-    from ctr_model.onnx_export import export_onnx
+    """``(model directory, how it was made)``: a real 2x2 local gang, 1 epoch of the small model (a spec
+    without dense features too: the network then has no dense input)."""
     from ctr_volcano.training.local.backend import train_local
     from tests.gang_helpers import SMALL, gang_job_id
 
@@ -186,38 +183,10 @@ def train_model(layout: Layout, model: str, model_config: dict, root: Path) -> T
     try:
         result = train_local(prep, str(root / "model"), config, pservers=2, trainers=2, max_retry=0,
                              workdir=str(root / "w"), job_id=job, log=lambda m: None)
-    except Exception as exc:       # only the no-dense refusal is handled; anything else re-raised
-        if "has no dense feature" not in str(exc):
-            raise
-        _log.warning("%s/%s: the trainer refuses a spec without dense features (%s): serving a model "
-                     "with random parameters instead", layout.name, model, exc)
-        model_dir = _random_model(layout, model, model_config, prep, root / "model")
-        export_onnx(model_dir)
-        return model_dir, "random parameters (the trainer refuses no-dense specs)"
     finally:
         for _ in jobs:             # no process of the gang may be left
             pass
     return result.model_dir, f"trained: test AUC {result.metrics['test']['auc']:.4f}"
-
-
-def _random_model(layout: Layout, model: str, model_config: dict, prep: str, out: Path) -> str:
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from ctr_model.sparse_tables import sparse_tables
-    from tests.onnx_models import random_scorer, write_model_dir
-
-    schema = json.loads((Path(prep) / "train" / "schema.json").read_text())
-    spec = spec_from_dict(schema["feature_spec"])
-    train = pq.read_table(sorted(str(p) for p in (Path(prep) / "train").glob("part-*.parquet")))
-    keys = []
-    for t in sparse_tables(spec, 4):
-        cols = [train.column(spec.categorical[s].name) for s in t.slots]
-        flat = [pc.list_flatten(c) if spec.categorical[s].multivalued else c for s, c in zip(t.slots, cols)]
-        keys.append(np.unique(np.concatenate([f.to_numpy() for f in flat])))
-    scorer = random_scorer(spec, model, model_config, keys=keys, seed=7,
-                           hash_buckets=int(schema["hash_buckets"]))
-    return write_model_dir(scorer, str(out))
 
 
 def raw_values(layout: Layout, start: int, stop: int) -> Dict[str, List[Any]]:
