@@ -77,6 +77,17 @@ def test_the_gang_placed_in_the_room_is_found_by_nomination_binding_or_event():
         "ml/ctr-a (queue prod)", "ml/ctr-b (queue prod)", "ml/ctr-e")
 
 
+def test_the_room_is_every_node_the_gang_was_evicted_from():
+    """The gang placed may fit on the node of another evicted pod of the gang, not on this one's."""
+    failure = failure_of(JOB, _victim(), 0, "")
+    pods = [_pod("ctr-high-pserver-0", "ctr-high", "prod", nominated="n-2")]
+    assert preemptors(failure, JOB, NS, pods, []) == ()
+    assert preemptors(failure, JOB, NS, pods, [], nodes=("n-2",)) == ("ml/ctr-high (queue prod)",)
+    bound = [_pod("ctr-high-pserver-0", "ctr-high", "prod", node="n-3", scheduled=_at(4)),
+             _pod("ctr-old-pserver-0", "ctr-old", "prod", node="n-4", scheduled=_at(-600))]
+    assert preemptors(failure, JOB, NS, bound, []) == ("ml/ctr-high (queue prod)",)   # bound as it was made
+
+
 @pytest.mark.parametrize("message, kind, action", [
     ("Pod is evicted, because of gangreclaim", "Reclaimed", "gangreclaim"),
     ("Pod is evicted, because of gangpreempt", "Preempted", "gangpreempt"),

@@ -12,7 +12,7 @@ restart), 75 gave up on an outage (transient), anything else is a failed job.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ctr_volcano.errors import EXIT_BAD_INPUT, TrainingJobFailed
 from ctr_volcano.training.api import role_error
@@ -69,12 +69,13 @@ class FailureLog:
             return list(self.records.values())
 
     def explain_restarts(self, retry: int, events: List[Mapping[str, Any]],
-                         eviction_of: Callable[[PodFailure], Eviction]) -> List[RestartCause]:
+                         eviction_of: Callable[[PodFailure, Sequence[str]], Eviction]) -> List[RestartCause]:
         """Log the cause of every restart not explained yet (the failed or evicted pod, its exit
         code or eviction reason, its last log lines, Volcano's event; for a gang the scheduler
-        evicted, ``eviction_of`` says who took its room); kept in :attr:`restarts`, and returned."""
+        evicted, ``eviction_of`` says who took its room, given the nodes of every pod of that attempt
+        the scheduler evicted); kept in :attr:`restarts`, and returned."""
         new = explain_restarts(retry, self.all(), events)[len(self.restarts):]
-        evicted = {c.failure.uid: eviction_of(c.failure) for c in new
+        evicted = {c.failure.uid: eviction_of(c.failure, self._evicted_nodes(c.failure.retry)) for c in new
                    if c.failure is not None and c.failure.by_scheduler}
         causes = annotate(new, evicted)
         for cause in causes:
@@ -83,6 +84,10 @@ class FailureLog:
             self.log(f"[volcano] job {self.job}: {cause.describe()}"
                      + (f"; last log lines:\n{indent(tail)}" if tail else ""))
         return causes
+
+    def _evicted_nodes(self, retry: int) -> List[str]:
+        """The nodes of the pods the scheduler evicted while the retry count was ``retry``."""
+        return sorted({f.node for f in self.all() if f.retry == retry and f.by_scheduler and f.node})
 
     def trainer0_tail(self, attempt: int) -> str:
         """The captured log tail of trainer 0 in ``attempt`` (1-based), or ``""``."""

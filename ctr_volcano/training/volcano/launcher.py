@@ -41,7 +41,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence
 
 from ctr_volcano.errors import BadInput, TrainingJobFailed, TransientError
 from ctr_volcano.training.api import TrainResult
@@ -354,10 +354,11 @@ class VolcanoLauncher:
         restarts = self.failures.restarts
         return self.spec.max_retry + 1 + len(restarts) - crash_restarts(restarts)
 
-    def _eviction(self, failure: PodFailure) -> Eviction:
-        """Who evicted ``failure``'s gang and for whom (best effort: the cause stays an eviction)."""
+    def _eviction(self, failure: PodFailure, nodes: Sequence[str] = ()) -> Eviction:
+        """Who evicted ``failure``'s gang and for whom (best effort: the cause stays an eviction);
+        ``nodes``: those of its other pods evicted with it."""
         try:
-            return self._evictions.read(failure)
+            return self._evictions.read(failure, nodes)
         except (TransientError, BadInput) as exc:
             self.log(f"[volcano] cannot read who evicted pod {failure.pod}: {exc}")
             return Eviction(kind="Evicted")

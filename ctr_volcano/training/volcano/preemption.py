@@ -79,30 +79,38 @@ def _scheduled_at(pod: Mapping[str, Any]) -> Optional[float]:
 
 
 def preemptors(failure: PodFailure, job: str, namespace: str, pods: Sequence[Mapping[str, Any]],
-               events: Sequence[Mapping[str, Any]], slack_s: float = 10.0) -> Tuple[str, ...]:
+               events: Sequence[Mapping[str, Any]], slack_s: float = 10.0,
+               nodes: Sequence[str] = ()) -> Tuple[str, ...]:
     """The other gangs placed in the room ``failure``'s pod left, as ``namespace/job (queue q)``.
 
     Volcano puts the gang it makes room for on the evicted pods' node ("pipelined"): its pods get
     ``status.nominatedNodeName`` and a ``FailedScheduling`` event "can possibly be assigned to <node>,
     once resource is released" in the scheduling cycle of the eviction, then are bound there.
+    The room is ``failure``'s node and ``nodes`` (those of the gang's other evicted pods): the gang
+    placed may fit on some of them only. When no gang is found there (the other pods' nodes were not
+    known yet), the gangs bound anywhere within ``slack_s`` of the eviction are taken.
     """
+    room = {n for n in (failure.node, *nodes) if n}
     at = _ts(failure.at)
     found: Dict[str, str] = {}
     by_name = {str((p.get("metadata") or {}).get("name")): p for p in pods}
     for pod in pods:
         other, queue = _job_of(pod)
-        if not other or other == job or not failure.node:
+        if not other or other == job or not room:
             continue
         status, spec = pod.get("status") or {}, pod.get("spec") or {}
         scheduled = _scheduled_at(pod)
-        if status.get("nominatedNodeName") == failure.node or (
-                spec.get("nodeName") == failure.node and at is not None and scheduled is not None
+        if status.get("nominatedNodeName") in room or (
+                spec.get("nodeName") in room and at is not None and scheduled is not None
                 and scheduled >= at - slack_s):
             found[other] = queue
+    if not found and at is not None:     # the room's other nodes unknown: gangs bound as it was made
+        found = {o: q for pod in pods for o, q in [_job_of(pod)] if o and o != job
+                 and abs((_scheduled_at(pod) or float("-inf")) - at) <= slack_s}
     for ev in events:
         match = _ASSIGNABLE.search(str(ev.get("message") or ""))
         when = _event_time(ev)
-        if not match or match.group(1) != failure.node or at is None or when is None or abs(when - at) > slack_s:
+        if not match or match.group(1) not in room or at is None or when is None or abs(when - at) > slack_s:
             continue
         pod_name = str((ev.get("involvedObject") or {}).get("name") or "")
         other, queue = _job_of(by_name.get(pod_name, {}))
@@ -113,11 +121,12 @@ def preemptors(failure: PodFailure, job: str, namespace: str, pods: Sequence[Map
 
 
 def eviction_of(failure: PodFailure, job: str, namespace: str, pod_events: Sequence[Mapping[str, Any]],
-                pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> Eviction:
+                pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]],
+                nodes: Sequence[str] = ()) -> Eviction:
     """What is known of a pod the scheduler evicted: Volcano's action and the gangs that took its room."""
     action = eviction_action(pod_events)
     return Eviction(kind=_KIND_OF_ACTION.get(action, "Evicted"), action=action,
-                    by=preemptors(failure, job, namespace, pods, events))
+                    by=preemptors(failure, job, namespace, pods, events, nodes=nodes))
 
 
 def annotate(causes: Sequence[RestartCause], evictions: Mapping[str, Eviction]) -> List[RestartCause]:
@@ -274,18 +283,19 @@ class EvictionReader:
         self.client, self.namespace, self.job, self.api = client, namespace, job, api
         self.sleep, self.reads, self.interval_s = sleep, max(1, reads), interval_s
 
-    def read(self, failure: PodFailure) -> Eviction:
+    def read(self, failure: PodFailure, nodes: Sequence[str] = ()) -> Eviction:
+        """``failure``'s eviction; ``nodes``: those of the gang's other pods evicted with it."""
         for attempt in range(self.reads):
             if attempt:
                 self.sleep(self.interval_s)
-            eviction = self._read_once(failure)
+            eviction = self._read_once(failure, nodes)
             if eviction.by:
                 break
         return eviction
 
-    def _read_once(self, failure: PodFailure) -> Eviction:
+    def _read_once(self, failure: PodFailure, nodes: Sequence[str]) -> Eviction:
         pod_events = [e for e in self.api(self.client.list_events, self.namespace, f"involvedObject.name={failure.pod}")
                       if (e.get("involvedObject") or {}).get("uid") in (None, "", failure.uid)]
         pods = self.api(self.client.list_pods, self.namespace, _JOB_LABEL)
         events = self.api(self.client.list_events, self.namespace, "reason=FailedScheduling")
-        return eviction_of(failure, self.job, self.namespace, pod_events, pods, events)
+        return eviction_of(failure, self.job, self.namespace, pod_events, pods, events, nodes)
