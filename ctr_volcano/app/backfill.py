@@ -66,9 +66,9 @@ def run_backfill(data_uri: str, start_date: str, days: int, workdir: str = "work
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     registry = os.path.abspath(registry) if registry else str(work / "registry")
-    local_uri = data_uri if "://" in data_uri else os.path.abspath(data_uri)
+    local_uri = _absolute(data_uri)
     if score_data_uri:
-        args["score_data_uri"] = score_data_uri if "://" in score_data_uri else os.path.abspath(score_data_uri)
+        args["score_data_uri"] = _absolute(score_data_uri)
     model_name = args.get("model_name", known["model_name"])
     reg = ModelRegistry(registry, model_name)
     records: List[Dict[str, Any]] = []
@@ -114,6 +114,11 @@ def _run_day(reg: Any, work: Path, args: Dict[str, Any], verbose: bool, keep_goi
             "parent": new[-1].meta.get("parent") if new else None,
             "reason": gate["decision"]["reason"], "validation": gate.get("validation") or {},
             "scores": _scores_dir(run_dir), "seconds": round(seconds, 1)}
+
+
+def _absolute(uri: str) -> str:
+    """A local path made absolute (kfp.local runs each step in its own directory); a URI as it is."""
+    return uri if "://" in uri else os.path.abspath(uri)
 
 
 def _scores_dir(run_dir: Path) -> Optional[str]:

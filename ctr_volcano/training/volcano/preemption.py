@@ -104,9 +104,6 @@ def preemptors(failure: PodFailure, job: str, namespace: str, pods: Sequence[Map
                 spec.get("nodeName") in room and at is not None and scheduled is not None
                 and scheduled >= at - slack_s):
             found[other] = queue
-    if not found and at is not None:     # the room's other nodes unknown: gangs bound as it was made
-        found = {o: q for pod in pods for o, q in [_job_of(pod)] if o and o != job
-                 and abs((_scheduled_at(pod) or float("-inf")) - at) <= slack_s}
     for ev in events:
         match = _ASSIGNABLE.search(str(ev.get("message") or ""))
         when = _event_time(ev)
@@ -117,6 +114,9 @@ def preemptors(failure: PodFailure, job: str, namespace: str, pods: Sequence[Map
         other = other or pod_name.rsplit("-", 2)[0]      # <job>-<task>-<index>, the pod gone since
         if other and other != job:
             found.setdefault(other, queue)
+    if not found and at is not None:     # the room's other nodes unknown: gangs bound as it was made
+        found = {o: q for pod in pods for o, q in [_job_of(pod)] if o and o != job
+                 and abs((_scheduled_at(pod) or float("-inf")) - at) <= slack_s}
     return tuple(f"{namespace}/{j}" + (f" (queue {q})" if q else "") for j, q in sorted(found.items()))
 
 
