@@ -232,6 +232,29 @@ def test_a_late_write_for_a_deleted_pod_misses_its_namesake(sandbox):
     assert core.read_namespaced_pod("namesake", ns).metadata.annotations[ANN_EXIT_CODE] == "0"
 
 
+def test_a_pod_resolves_the_namespace_services_from_its_first_instruction(sandbox):
+    """A pod's ``/etc/hosts`` names its namespace's Services before its first container starts. Once
+    the names came only with the agent's refresh at the end of each sync, and a KFP launcher pod
+    that ended in about a second resolved neither MLMD nor the object store (a CI run's failure).
+    Several pods start in one sync, so the first ones would run long before such a refresh."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(sandbox.api())
+    ns = sandbox.namespace
+    sandbox.add_process_nodes(1)
+    service = sandbox.cluster.host_service("early-names", ns, 9)
+    sandbox.cleanup.append(service.stop)
+    names = [f"early-{i}" for i in range(4)]
+    for name in names:
+        core.create_namespaced_pod(ns, _pod(sandbox, name, "print(open('/etc/hosts').read(), flush=True)"))
+    for name in names:
+        wait_for(f"pod {name} to end", lambda n=name: core.read_namespaced_pod(n, ns).status.phase
+                 in ("Succeeded", "Failed"), timeout=120, cluster=sandbox.cluster)
+    logs = {n: core.read_namespaced_pod_log(n, ns) for n in names}
+    missing = [n for n, log in logs.items() if service.host not in log]
+    assert not missing, f"{missing} started without {service.host} in /etc/hosts: {logs[missing[0]] if missing else ''}"
+
+
 # ------------------------------------------------------------------------------- training gangs
 class GangSampler:
     """Samples the process table for the gang's processes (``CTR_JOB_ID=<job>``) and keeps the

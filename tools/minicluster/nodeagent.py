@@ -470,6 +470,10 @@ class Agent:
     def _start(self, pod: Dict[str, Any], node: str, node_ip: str) -> None:
         meta, spec = pod["metadata"], pod["spec"]
         uid = meta["uid"]
+        # the namespace's names before the first container starts (read first: a failed read leaves
+        # nothing half made): a short pod, a KFP launcher, can end before this sync's closing refresh
+        # (a CI run's find-champion resolved neither metadata-grpc-service nor minio-service)
+        peers = self._peers(meta["namespace"])
         netns, veth, ip = self._allocate()
         plan = podspec.render_pod(pod, images=lambda ref: self._image(ref).defaults, lookups=self._lookups(),
                                   pod_ip=ip, node_ip=node_ip, service_env=self.service_env)
@@ -493,7 +497,7 @@ class Agent:
             self.pods[uid] = run
         etc = Path("/etc/netns") / netns
         etc.mkdir(parents=True, exist_ok=True)
-        self._write_hosts(run, [])
+        self._write_hosts(run, peers)
         (etc / "resolv.conf").write_text(
             f"search {run.namespace}.svc.cluster.local svc.cluster.local cluster.local\n"
             "nameserver 127.0.0.1\noptions ndots:5 attempts:1 timeout:1\n")
@@ -751,12 +755,15 @@ class Agent:
             fh.write(text)
         run.hosts_text = text
 
+    def _peers(self, namespace: str) -> List[Tuple[str, str, str]]:
+        # raw JSON: the client's model refuses a slice without endpoints (podspec.hosts_peers)
+        raw = self.disc.list_namespaced_endpoint_slice(namespace, _preload_content=False)
+        return podspec.hosts_peers(json.loads(raw.data).get("items") or [])
+
     def _refresh_hosts(self) -> None:
         namespaces = {r.namespace for r in self.pods.values() if not r.terminating}
         for ns in namespaces:
-            # raw JSON: the client's model refuses a slice without endpoints (podspec.hosts_peers)
-            raw = self.disc.list_namespaced_endpoint_slice(ns, _preload_content=False)
-            peers = podspec.hosts_peers(json.loads(raw.data).get("items") or [])
+            peers = self._peers(ns)
             for run in list(self.pods.values()):
                 if run.namespace == ns and not run.terminating and not run.finished:
                     self._write_hosts(run, peers)
