@@ -24,6 +24,7 @@ from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_model.errors import BadInput
 from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
 from ctr_model.spec_crosses import CROSS_EMBEDDING_DIM, Cross, check_crosses, read_crosses
+from ctr_model.spec_attention import ATTENTION, DEFAULT_UNITS, attention_doc, check_attention, read_attention
 from ctr_model.spec_labels import check_labels, read_labels
 from ctr_model.validation_spec import check_section
 
@@ -33,7 +34,7 @@ __all__ = ["FORMATS", "DENSE_TRANSFORMS", "POOLINGS", "SpecError", "DenseFeature
 
 FORMATS = ("criteo", "csv", "tsv", "parquet")
 DENSE_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
-POOLINGS = ("sum", "mean")
+POOLINGS = ("sum", "mean", ATTENTION)
 #: The embedding width when neither the feature nor the spec names one (TrainConfig's default).
 DEFAULT_EMBEDDING_DIM = 10
 #: Multi-valued features keep at most this many ids per row when the feature names no max_length.
@@ -43,7 +44,7 @@ _TOP_KEYS = ("format", "header", "delimiter", "columns", "label", "labels", "dep
              "categorical", "crosses", "ignore", "hash_buckets", "embedding_dim", "validation")
 _DENSE_KEYS = ("name", "transform", "fill", "mean", "std")
 _CAT_KEYS = ("name", "hash_buckets", "embedding_dim", "multivalued", "separator", "pooling",
-             "max_length")
+             "max_length", "query", "attention_units")
 
 
 class SpecError(BadInput):
@@ -92,8 +93,11 @@ class CategoricalFeature:
         multivalued: a Parquet list column, or a CSV/TSV field split on ``separator``; its ids'
             embeddings are pooled with ``pooling``.
         separator: one character between the values of a multi-valued CSV/TSV field.
-        pooling: ``sum`` or ``mean`` of a multi-valued feature's embeddings.
+        pooling: ``sum`` or ``mean`` of a multi-valued feature's embeddings, or ``attention``
+            against its ``query`` (DIN's target attention, :mod:`ctr_model.spec_attention`).
         max_length: a multi-valued feature keeps its first ``max_length`` values.
+        query, attention_units: ``attention`` only: the candidate feature (single-valued, one id
+            space and embedding with the history) and the activation unit's hidden widths.
     """
 
     name: str
@@ -103,6 +107,8 @@ class CategoricalFeature:
     separator: str = "|"
     pooling: str = "sum"
     max_length: int = DEFAULT_MAX_LENGTH
+    query: str = ""
+    attention_units: Tuple[int, ...] = DEFAULT_UNITS
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,7 @@ class FeatureSpec:
             del doc["validation"]   # the documents written before the section existed stay the same
         doc["depends_on"] = dict(self.depends_on)
         doc["dense"] = [{k: v for k, v in d.items() if v is not None} for d in doc["dense"]]
-        doc["categorical"] = list(doc["categorical"])
+        doc["categorical"] = [attention_doc(c) for c in doc["categorical"]]
         if self.crosses:
             doc["crosses"] = [{"features": list(x.features), "hash_buckets": x.hash_buckets, "name": x.name}
                               for x in self.crosses]
@@ -265,6 +271,7 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
                 "embedding_dim": doc.get("embedding_dim", DEFAULT_EMBEDDING_DIM)}
     dense = _entries(doc.get("dense", []), "dense", _DENSE_KEYS, {}, problems)
     categorical = _entries(doc.get("categorical", []), "categorical", _CAT_KEYS, defaults, problems)
+    read_attention(categorical)
     crosses = read_crosses(doc.get("crosses", []), defaults["hash_buckets"], problems)
     try:
         spec = FeatureSpec(dense=tuple(DenseFeature(**d) for d in dense),
@@ -275,8 +282,6 @@ def spec_from_dict(doc: Mapping[str, Any]) -> FeatureSpec:
     if problems:
         raise SpecError(problems)
     return spec
-
-
 
 
 def _criteo_from_dict(doc: Mapping[str, Any], problems: List[Tuple[str, Any, str]]) -> FeatureSpec:
@@ -383,6 +388,7 @@ def _check_spec(spec: FeatureSpec) -> List[Tuple[str, Any, str]]:
         _check_categorical(spec, c, f"categorical[{i}]", problems)
     _check_names(spec, problems)
     check_crosses(spec, problems)
+    check_attention(spec, problems)
     problems.extend(check_section(spec.validation or None, [d.name for d in spec.dense],
                                   [c.name for c in spec.categorical]))
     return problems
@@ -411,8 +417,6 @@ def _check_layout(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> No
     if spec.columns and (spec.header or spec.format == "parquet") and spec.format != "criteo":
         problems.append(("columns", list(spec.columns), "remove columns: the header (or the "
                          "Parquet schema) names the columns"))
-
-
 
 
 def _check_dense(d: DenseFeature, where: str, problems: List[Tuple[str, Any, str]]) -> None:
@@ -480,7 +484,6 @@ def _check_names(spec: FeatureSpec, problems: List[Tuple[str, Any, str]]) -> Non
         if name not in seen:
             problems.append(("columns", name, "column with no role: make it a feature, the label, "
                              "or list it under ignore"))
-
 
 
 def split_spec(schema_doc: Mapping[str, Any]) -> FeatureSpec:

@@ -25,6 +25,8 @@ from ctr_model.feature_spec import FeatureSpec, spec_from_dict
 from ctr_model.features import SCHEMA_VERSION
 from ctr_model.metrics import auc, logloss  # re-exported: part of this API
 from ctr_model.models import family
+from ctr_model.models.attention import attention_slots, np_pool, param_names
+from ctr_model.spec_attention import ATTENTION
 from ctr_model.sparse_tables import SparseTable, tables_from_meta
 
 if TYPE_CHECKING:
@@ -185,6 +187,7 @@ class Scorer:
         dense = np.stack([table.column(d.name).to_numpy(zero_copy_only=False).astype(np.float32)
                           for d in spec.dense], axis=1) if spec.dense else np.zeros((n, 0), np.float32)
         table_of = {slot: k for k, t in enumerate(self.tables) for slot in t.slots}
+        items = {}
         for slot, c in enumerate(spec.slot_features):   # the crosses' columns last, as prep writes them
             col = table.column(c.name)
             col = col.combine_chunks() if hasattr(col, "combine_chunks") else col
@@ -194,10 +197,16 @@ class Scorer:
             offsets = col.offsets.to_numpy().astype(np.int64)
             flat = col.values.to_numpy(zero_copy_only=False).astype(np.uint64)
             rows = self._lookup(flat[offsets[0]:offsets[-1]], table_of[slot])
+            if c.pooling == ATTENTION:       # pooled below, once its query's row is there
+                items[slot] = (rows, offsets)
+                pooled.append(None)
+                continue
             sums = np.add.reduceat(rows, offsets[:-1] - offsets[0], axis=0) if n else rows[:0]
             if c.pooling == "mean":
                 sums = sums / np.diff(offsets)[:, None].astype(np.float32)
             pooled.append(sums.astype(np.float32))
+        for att in attention_slots(spec):
+            pooled[att.slot] = np_pool(self.params, *items[att.slot], pooled[att.query_slot], att)
         return dense, pooled
 
     def table_arrays(self, k: int) -> Tuple["np.ndarray", "np.ndarray"]:
@@ -359,7 +368,7 @@ def load_model(model_dir: str) -> Scorer:
 
     spec = None if meta.get("feature_spec") is None else spec_from_dict(meta["feature_spec"])
     names = (fam.dense_names(config, NUM_DENSE, len(SPARSE_COLUMNS)) if spec is None
-             else fam.dense_names(config, len(spec.dense), len(spec.slot_features)))
+             else fam.dense_names(config, len(spec.dense), len(spec.slot_features)) + param_names(spec))
     params = {k: v.astype(np.float32) for k, v in _load_npz(dense_path, names).items()}
     tables = [_load_table(model_dir, meta, k, fam.table_width(t.dim))
               for k, t in enumerate(_meta_tables(meta, config))]

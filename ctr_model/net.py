@@ -16,6 +16,8 @@ from ctr_model.config import TrainConfig
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
 from ctr_model.models import family
+from ctr_model.models.attention import attention_slots, param_names, pool
+from ctr_model.spec_attention import ATTENTION
 from ctr_model.sparse_tables import EMBEDDING_NAME, SparseTable, sparse_tables
 
 __all__ = ["EMBEDDING_NAME", "net_tables", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "slot_layout",
@@ -82,7 +84,7 @@ def dense_param_names(config: TrainConfig, features: Optional[FeatureSpec] = Non
     """Names of the model family's dense parameters (what trainer 0 exports) on ``features``
     (``None``: Criteo)."""
     slots, n_dense = slot_layout(features)
-    return family(config.model).dense_names(config, n_dense, len(slots))
+    return family(config.model).dense_names(config, n_dense, len(slots)) + param_names(features)
 
 
 @dataclass
@@ -143,7 +145,8 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
         features: the data's feature spec (``None``: Criteo). Categorical features of one
             ``embedding_dim`` share a table, as Criteo's 26 do (their ids are salted per feature),
             one table per distinct dim (:func:`net_tables`); a multi-valued feature's variable-length
-            slot is pooled (``sum``/``mean``) with ``sequence_pool``. A spec without dense features
+            slot is pooled (``sum``/``mean``) with ``sequence_pool``, or by target attention against
+            its query's row (:mod:`ctr_model.models.attention`). A spec without dense features
             has no dense input (the family gets ``None``), one without categorical features no slot.
     """
     import paddle
@@ -159,14 +162,21 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
     table_of = {slot: t for t in tables for slot in t.slots}
     attrs = {t.name: paddle.ParamAttr(name=t.name, initializer=paddle.nn.initializer.Uniform(-0.01, 0.01))
              for t in tables}
-    embs = []
+    embs, items = [], {}
     for slot, (ids, (_, pooling)) in enumerate(zip(sparse, slots)):
         table = table_of[slot]
         width = fam.table_width(table.dim)
         emb = _lookup(ids, table, attrs[table.name], config, ps_mode)
+        if pooling == ATTENTION:        # pooled below, once its query's row is there
+            items[slot] = paddle.reshape(emb, shape=[-1, width])    # one row per item, its LoD kept
+            embs.append(None)
+            continue
         if pooling is not None:         # a multi-valued feature: its ids' rows pooled into one
             emb = paddle.static.nn.sequence_pool(input=emb, pool_type="sum" if pooling == "sum" else "average")
         embs.append(paddle.reshape(emb, shape=[-1, width]))
+    for att in attention_slots(features):
+        embs[att.slot] = paddle.reshape(pool(items[att.slot], embs[att.query_slot], att),
+                                        shape=[-1, int(embs[att.query_slot].shape[1])])
     predict, example_loss, task_probs = _head(fam, fam.build(embs, dense, config), labels, features)
     loss = paddle.mean(example_loss)
     auc, _batch_auc, states = paddle.static.auc(input=predict, label=labels[0], num_thresholds=2**12,

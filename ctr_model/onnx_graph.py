@@ -16,7 +16,9 @@ Why built by hand: ``paddle2onnx`` has no mapper for the parameter server's
   table, because its keys are node attributes: two would store them twice.
 - **Pooling** of a multi-valued feature: ``ReduceSum`` over its padded positions (a pad is the zero
   row, so it adds nothing); ``mean`` divides by the count of non-pad positions (the mask
-  ``ids != PAD_ID``), at least 1.
+  ``ids != PAD_ID``), at least 1; ``attention`` weights each position by the activation unit's
+  score against its query's row (``MatMul``/``Sigmoid`` over ``[h, q, h - q, h * q]``) before the
+  ``ReduceSum``.
 - **Family head**, from every slot's embedding columns in slot order: ``dnn`` (concat, FC stack),
   ``wide_deep`` (the wide sum of column 0 of each slot's row plus ``dense @ wide.w``, beside the DNN
   over the other columns), ``deepfm`` (first order as wide, the FM's second order
@@ -147,10 +149,31 @@ def _pooled(g: _Graph, emb: str, raw: str, start: int, length: int, mean: bool) 
     return g.op("Div", [total, count])
 
 
+def _attention_pooled(g: _Graph, scorer: "Scorer", emb: str, query: int, start: int, length: int,
+                      att: Any) -> str:
+    """``[N, width]``: target attention (:mod:`ctr_model.models.attention`) over positions
+    ``start..start+length`` of the ``[N, S, width]`` rows against position ``query``'s row (a pad
+    is the zero row: its weighted row adds nothing)."""
+    p = scorer.params
+    items = g.op("Slice", [emb, g.ints([start]), g.ints([start + length]), g.ints([1])])
+    q = g.op("Expand", [g.op("Slice", [emb, g.ints([query]), g.ints([query + 1]), g.ints([1])]),
+                        g.op("Shape", [items])])
+    x = g.op("Concat", [items, q, g.op("Sub", [items, q]), g.op("Mul", [items, q])], axis=2)
+    for k in range(len(att.units)):
+        x = g.op("Sigmoid", [g.op("Add", [g.op("MatMul", [x, g.const(p[f"{att.name}.fc{k}.w"], "w")]),
+                                          g.const(p[f"{att.name}.fc{k}.b"], "b")])])
+    score = g.op("Add", [g.op("MatMul", [x, g.const(p[f"{att.name}.out.w"], "w")]),
+                         g.const(p[f"{att.name}.out.b"], "b")])
+    return g.row_sum(g.op("Mul", [items, score]), 1, 0)
+
+
 def _embeddings(g: _Graph, layout: GraphLayout, scorer: "Scorer") -> Tuple[Optional[str], Dict[int, List[int]]]:
     """Every slot's embedding in one ``[N, total]`` tensor (or None without categorical features),
     and the columns of each slot in it."""
+    from ctr_model.models.attention import attention_slots
+
     spec = scorer.features
+    attention = {a.slot: a for a in attention_slots(spec)}
     pieces: List[str] = []
     cols: Dict[int, List[int]] = {}
     at = 0
@@ -166,8 +189,12 @@ def _embeddings(g: _Graph, layout: GraphLayout, scorer: "Scorer") -> Tuple[Optio
                 cols[slot] = list(range(at + i * width, at + (i + 1) * width))
             at += len(single) * width
         for slot, raw, start, length in multi:
-            mean = spec is not None and spec.categorical[slot].pooling == "mean"
-            pieces.append(_pooled(g, emb, raw, start, length, mean))
+            if slot in attention:
+                query = single.index(attention[slot].query_slot)
+                pieces.append(_attention_pooled(g, scorer, emb, query, start, length, attention[slot]))
+            else:
+                mean = spec is not None and spec.categorical[slot].pooling == "mean"
+                pieces.append(_pooled(g, emb, raw, start, length, mean))
             cols[slot] = list(range(at, at + width))
             at += width
     return (g.concat(pieces) if pieces else None), cols

@@ -22,7 +22,9 @@ Categorical: feature ``k`` (1-based, in the spec's order) of ``n`` has ids in
 ``[0, hash_buckets)``: ``k - 1`` for an empty value, else ``n + mix64(key(v) ^ salt(k)) %
 (hash_buckets - n)`` (the hash of :mod:`ctr_model.features`). Integer ids are hashed as their
 decimal text, so ``123`` in Parquet and ``"123"`` in a CSV are the same id. A multi-valued feature
-hashes each non-empty value, keeps the first ``max_length`` and reads an empty list as ``[k - 1]``.
+hashes each non-empty value, keeps the first ``max_length`` and reads an empty list as ``[k - 1]``;
+an attention-pooled history hashes its values with its ``query``'s ``salt(q)``, so an item has one id
+as history and as candidate (its empty list is still ``[k - 1]``).
 
 Cross ``x`` (the spec's ``crosses``, slot ``s = n + x + 1``) of features ``f_1..f_m`` with ids
 ``i_1..i_m`` (above; an empty value's id too, so "empty" crosses like any value): ``h = salt(s)``,
@@ -41,6 +43,7 @@ from ctr_model.feature_spec import CategoricalFeature, DenseFeature, FeatureSpec
 from ctr_model.features import BadRow, column_salt_int, dense_transform, hash_slot, hash_slot_value
 from ctr_model.features import dense_value as criteo_dense_value
 from ctr_model.hash_kernels import mix64_array
+from ctr_model.spec_attention import query_of
 
 __all__ = ["dense_column", "dense_value", "standardize_stats", "categorical_column",
            "multivalued_column", "categorical_ids", "parse_number", "output_schema",
@@ -228,6 +231,13 @@ def _slot(spec: FeatureSpec, feature: CategoricalFeature) -> int:
     return spec.categorical.index(feature) + 1
 
 
+def _hash_slot(spec: FeatureSpec, feature: CategoricalFeature) -> int:
+    """The slot whose salt hashes ``feature``'s values: its own, or an attention-pooled history's
+    query's (one id space: :mod:`ctr_model.spec_attention`)."""
+    query = query_of(spec, feature)
+    return _slot(spec, query if query is not None else feature)
+
+
 def _as_text(values: Any) -> Any:
     """An arrow string/binary array of ``values``; integer ids become their decimal text."""
     import pyarrow as pa
@@ -278,7 +288,7 @@ def multivalued_column(spec: FeatureSpec, feature: CategoricalFeature, values: A
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
     ids = np.full(int(offsets[-1]), slot - 1, dtype=np.int64)
-    ids[offsets[parents] + rank] = hash_slot(flat, slot, len(spec.categorical),
+    ids[offsets[parents] + rank] = hash_slot(flat, _hash_slot(spec, feature), len(spec.categorical),
                                              int(feature.hash_buckets))
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))
 
@@ -301,7 +311,7 @@ def categorical_ids(spec: FeatureSpec, feature: CategoricalFeature, raw: Any) ->
         sep = feature.separator.encode() if isinstance(raw, bytes) else feature.separator
         raw = raw.split(sep)  # type: ignore[arg-type]
     items = [one(v) for v in (raw or [])]
-    ids = [hash_slot_value(v, slot, slots, buckets) for v in items if v]
+    ids = [hash_slot_value(v, _hash_slot(spec, feature), slots, buckets) for v in items if v]
     return ids[:int(feature.max_length)] or [slot - 1]
 
 

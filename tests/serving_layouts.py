@@ -1,8 +1,9 @@
-"""Three layouts of click logs, each made, prepped and trained once per test session, for the ONNX and
+"""Five layouts of click logs, each made, prepped and trained once per test session, for the ONNX and
 server tests of every family: Criteo (the committed sample's first 40k lines), a CSV with a header,
 string ids and no dense column (a multi-valued field in the log's own ``|`` form), a Parquet file
-with two list columns, one pooled with ``mean`` and one with ``sum``, over two ``embedding_dim``, and
-a CSV with crosses (Wide&Deep's only: :func:`takes`).
+with two list columns, one pooled with ``mean`` and one with ``sum``, over two ``embedding_dim``, a
+CSV with crosses (Wide&Deep's only: :func:`takes`) and a CSV with a history of ads pooled by target
+attention against the candidate ad.
 
 The raw rows of each test split are recovered from the raw files: prep's split is deterministic
 (:class:`~ctr_volcano.data.prep.split.StratifiedSplit` over the labels in input order, one test
@@ -54,12 +55,18 @@ LAYOUTS: Dict[str, Optional[dict]] = {
                                      "pooling": "mean", "max_length": 6}],
                     "crosses": [{"features": ["user", "ad"]},
                                 {"features": ["site", "ad", "user"], "hash_buckets": 50021}]},
+    # DIN's target attention: a history of ads (the same ids as the candidate ad), every family
+    "csv_history": {"format": "csv", "header": True, "label": "clicked", "hash_buckets": 100003,
+                    "embedding_dim": 4, "dense": [{"name": "price", "transform": "log1p"}],
+                    "categorical": [{"name": "user"}, {"name": "ad"},
+                                    {"name": "seen_ads", "multivalued": True, "separator": "|",
+                                     "pooling": "attention", "query": "ad", "max_length": 6}]},
 }
 #: (family, model_config per layout): DCN-v2 full-rank on Criteo, low-rank on the others.
 FAMILIES: List[Tuple[str, Dict[str, dict]]] = [
     ("dnn", {}), ("wide_deep", {}), ("deepfm", {}),
     ("dcn_v2", {"criteo": {"cross_layers": 2, "low_rank": 0}, "csv_no_dense": {"low_rank": 8},
-                "parquet_lists": {"low_rank": 8}}),
+                "parquet_lists": {"low_rank": 8}, "csv_history": {"low_rank": 8}}),
 ]
 
 

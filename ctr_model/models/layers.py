@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["mlp", "mlp_names", "np_mlp", "linear", "np_linear", "add_margin", "np_add_margin",
+__all__ = ["fc", "mlp", "mlp_names", "np_mlp", "linear", "np_linear", "add_margin", "np_add_margin",
            "column", "columns", "concat", "width_of", "output_bias", "sum_terms", "linear_names"]
 
 
@@ -35,6 +35,11 @@ def _fc(x, size: int, name: str, fan_in: int, activation=None, bias: bool = True
         x, size=size, activation=activation,
         weight_attr=paddle.ParamAttr(name=f"{name}.w", initializer=weights),
         bias_attr=paddle.ParamAttr(name=f"{name}.b", initializer=init) if bias else False)
+
+
+def fc(x, size: int, name: str, fan_in: int, activation=None):
+    """One fully connected layer ``{name}.w``/``{name}.b``: weights drawn ``N(0, 1/fan_in)``, bias 0."""
+    return _fc(x, size, name, fan_in, activation=activation)
 
 
 def mlp(x, width: int, fc_sizes: Sequence[int], base_rate: Optional[float] = None):

@@ -23,6 +23,13 @@ probability is the product of the two. ``oracle.json`` then also holds ``tasks``
 and logloss of its true impression probabilities and, for a dependent task, of its true conditional
 probabilities over the rows where the parent is 1 (``after_<parent>``).
 
+An attention-pooled history (``pooling: attention``, ``query: item``) holds ids of its query's
+vocabulary (written as the query's values are), 0-6 per row, each from the candidate's group (``id %
+GROUPS``) with probability :data:`HISTORY_FOCUS`; each item of the candidate's group adds
+:data:`RELEVANCE_WEIGHT` to the click's log-odds (and nothing else of the history does), so how much
+of the history is relevant to *this* candidate drives the click: what target attention sees and a
+sum or mean of the history cannot single out.
+
 A spec with ``crosses`` gets a planted interaction per cross: a normal weight (times
 :data:`CROSS_WEIGHT`) for every combination of its features' ids (none when one is empty), added to
 the click's log-odds, so only a model that sees the combination (Wide&Deep's crossed wide part, or
@@ -40,6 +47,7 @@ from ctr_model import metrics
 from ctr_model.atomic import write_json
 from ctr_model.checks import is_int
 from ctr_model.feature_spec import FeatureSpec
+from ctr_model.spec_attention import ATTENTION
 from ctr_volcano.errors import BadInput
 
 __all__ = ["generate_spec", "VOCAB", "ORACLE_FILE", "CROSS_WEIGHT"]
@@ -52,6 +60,12 @@ _SPREAD = 1.6     # standard deviation of the planted log-odds
 TASK_RATE = 0.2
 #: Standard deviation of a planted cross's weight per combination of ids (a feature's own: 1).
 CROSS_WEIGHT = 1.0
+#: An attention-pooled history's items fall into GROUPS groups (``id % GROUPS``); an item of the
+#: candidate's group adds RELEVANCE_WEIGHT to the click's log-odds; a history item is drawn from the
+#: candidate's group with probability HISTORY_FOCUS (else from the whole vocabulary, as any id).
+GROUPS = 10
+RELEVANCE_WEIGHT = 1.0
+HISTORY_FOCUS = 0.4
 #: Combinations of ids a cross's planted weights cover (every pair of :data:`VOCAB` ids; a cross of
 #: three or more features folds its combinations into these).
 _CROSS_CELLS = VOCAB * VOCAB
@@ -98,6 +112,8 @@ def _draw(spec: FeatureSpec, model: Dict[str, np.ndarray], rng: np.random.Genera
         logit += model[d.name][0] * (t - t.mean()) / (t.std() or 1.0)
     for c in spec.categorical:
         w = model[c.name]
+        if c.pooling == ATTENTION:
+            continue        # drawn below, once its query's ids are
         if c.multivalued:
             lengths = rng.integers(0, 7, n)
             ids = rng.choice(VOCAB, size=int(lengths.sum()), p=zipf)
@@ -112,7 +128,30 @@ def _draw(spec: FeatureSpec, model: Dict[str, np.ndarray], rng: np.random.Genera
             raw[c.name] = np.where(empty, -1, ids)
     for cross in spec.crosses:
         logit += _cross_effect(cross, model, raw)
+    for c in spec.categorical:
+        if c.pooling == ATTENTION:
+            raw[c.name], effect = _history(raw[c.query], rng, zipf)
+            logit += effect
     return raw, logit
+
+
+def _history(candidate: np.ndarray, rng: np.random.Generator, zipf: np.ndarray
+             ) -> Tuple[List[np.ndarray], np.ndarray]:
+    """(an attention-pooled history per row, ids of its query's vocabulary; its planted log-odds):
+    0-6 items, each of the candidate's group with probability :data:`HISTORY_FOCUS` (else any id),
+    and :data:`RELEVANCE_WEIGHT` per item of the candidate's group (none for an empty candidate)."""
+    n = candidate.size
+    lengths = rng.integers(0, 7, n)
+    rows = np.repeat(np.arange(n), lengths)
+    ids = rng.choice(VOCAB, size=rows.size, p=zipf)
+    own = candidate[rows]
+    focus = (own >= 0) & (rng.random(rows.size) < HISTORY_FOCUS)
+    same_group = (rng.integers(0, VOCAB // GROUPS, rows.size) * GROUPS + np.maximum(own, 0) % GROUPS)
+    ids = np.where(focus, same_group, ids)
+    relevant = (own >= 0) & (ids % GROUPS == np.maximum(own, 0) % GROUPS)
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    history = [ids[bounds[i]:bounds[i + 1]] for i in range(n)]
+    return history, RELEVANCE_WEIGHT * np.bincount(rows, weights=relevant, minlength=n)
 
 
 def _labels(logit: np.ndarray, rng: np.random.Generator, scale: float, bias: float
@@ -199,7 +238,8 @@ def _text_table(spec: FeatureSpec, raw: Dict[str, Any], labels: np.ndarray) -> D
                         for v in raw[d.name]]
     for c in spec.categorical:
         if c.multivalued:
-            cols[c.name] = [c.separator.join(f"{c.name}_{k}" for k in ids) for ids in raw[c.name]]
+            text = c.query or c.name       # a history holds its query's ids: the same text
+            cols[c.name] = [c.separator.join(f"{text}_{k}" for k in ids) for ids in raw[c.name]]
         else:
             cols[c.name] = ["" if k < 0 else f"{c.name}_{k}" for k in raw[c.name]]
     for name in spec.ignore:
@@ -224,7 +264,9 @@ def _write_parquet(spec: FeatureSpec, raw: Dict[str, Any], labels: np.ndarray, p
     for d in spec.dense:
         cols[d.name] = pa.array(raw[d.name], from_pandas=True)
     for c in spec.categorical:
-        if c.multivalued:
+        if c.multivalued and c.query:      # a history holds its query's ids: integers, as the query's
+            cols[c.name] = pa.array([[int(k) for k in ids] for ids in raw[c.name]], pa.list_(pa.int64()))
+        elif c.multivalued:
             cols[c.name] = pa.array([[f"{c.name}_{k}" for k in ids] for ids in raw[c.name]],
                                     pa.list_(pa.string()))
         else:
