@@ -465,6 +465,46 @@ def test_gang_trains_a_parquet_feature_spec(sandbox, tmp_path):
     assert oracle - MAX_GAP < auc <= oracle + 0.01, (auc, oracle)
 
 
+def test_a_multi_task_model_over_an_attention_history_trains_on_volcano(sandbox, tmp_path):
+    """ESMM (click, and a purchase after a click) over DIN's attention-pooled history of ads, trained by
+    a 2x2 gang of real pods through the PVC hand-off: both tasks learnt, and the export's ONNX graph
+    gives the numpy scorer's probability per task (the local gang's test: tests/test_attention.py)."""
+    import numpy as np
+    import onnxruntime as ort
+    import pyarrow.parquet as pq
+
+    from ctr_model.infer import load_model
+    from ctr_model.onnx_inputs import feeds, layout_of
+    from ctr_volcano.training.step import run_training_step
+    from tests.gang_helpers import SMALL
+    from tests.test_attention import SPEC
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**SPEC, "labels": ["click", "purchase"], "depends_on": {"purchase": "click"}}))
+    _cli("gen-data", "--feature-spec", str(spec), "--rows", "20000", "--files", "2", "--seed", "6",
+         "--out", str(tmp_path / "raw"), "--oracle-rows", "20000")
+    _cli("prep", "--feature-spec", str(spec), "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "prep"),
+         "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2")
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path)
+    config = {k: v for k, v in SMALL.items() if k not in ("batch_size", "learning_rate")}
+    result = run_training_step(str(tmp_path / "prep"), str(tmp_path / "model"),
+                               _params(sandbox, claim, "ctr-esmm-din", epochs=3, batch_size=SMALL["batch_size"],
+                                       learning_rate=0.01, model_family="esmm", config=config),
+                               log=lambda line: None)
+    assert job_phase(sandbox.api(), sandbox.namespace, "ctr-esmm-din") == "Completed"
+    tasks = result.metrics["test"]["tasks"]
+    print(f"\nESMM over an attention history on Volcano: click AUC {tasks['click']['auc']:.4f}, "
+          f"purchase AUC {tasks['purchase']['auc']:.4f}")
+    assert tasks["click"]["auc"] > 0.65 and tasks["purchase"]["auc"] > 0.6, tasks
+    scorer = load_model(str(tmp_path / "model"))
+    assert scorer.config.model == "esmm" and "att2.out.w" in scorer.params
+    table = pq.read_table(sorted((tmp_path / "prep" / "test").glob("part-*.parquet"))[0])
+    outs = ort.InferenceSession(str(tmp_path / "model" / "model.onnx")).run(None, feeds(layout_of(scorer.features), table))
+    mine = scorer.predict_tasks(table)
+    assert len(outs) == 2 and all(np.abs(out - mine[:, k]).max() <= 1e-6 for k, out in enumerate(outs))
+
+
 @pytest.mark.parametrize("data_from", ["kfp-artifact", "step-upload"])
 def test_gang_trains_through_the_object_store(sandbox, tmp_path, planted, s3_server, s3_bucket, monkeypatch,
                                               data_from):
