@@ -2,7 +2,8 @@
 on the candidate ad. The spec refuses bad combinations in one line before any data is read; a
 history's value and the same value as the candidate are one id; gen-data plants a click driven by
 how much of the history is relevant to the candidate; a real 2x2 local gang trains it (single- and
-multi-task), resumes after a killed trainer, and its ONNX export scores as the numpy scorer does.
+multi-task), resumes after a killed trainer, and its ONNX export and the model server (one output
+per task) score as the numpy scorer does.
 (Every single-task family's ONNX and served outputs on such a log: tests/test_serving_families.py,
 layout ``csv_history``; the Paddle program against the scorer: tests/test_any_spec.py.)"""
 from __future__ import annotations
@@ -212,3 +213,36 @@ def test_esmm_over_an_attention_pooled_history_on_a_two_by_two_gang(history_log,
     tasks = result.metrics["test"]["tasks"]
     assert tasks["click"]["auc"] > 0.65 and tasks["purchase"]["auc"] > 0.6, tasks
     _check_export(result.model_dir, prep, 2)
+    _check_served(result.model_dir, history_log / "raw" / "part-00000.csv", tmp_path / "server.log")
+
+
+def _check_served(model_dir: str, raw_csv, server_log) -> None:
+    """The model server on loopback answers a log's raw rows with one output per task, each the numpy
+    scorer's on what prep's transforms make of the same values (<= 1e-6)."""
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from ctr_model.infer import load_model
+    from ctr_model.transforms import categorical_ids, dense_value
+    from tools.model_server import model_server
+    from tools.v2_client import infer, raw_to_body
+
+    scorer = load_model(model_dir)
+    spec = scorer.features
+    names = [d.name for d in spec.dense] + [c.name for c in spec.categorical]
+    text = pacsv.read_csv(raw_csv, convert_options=pacsv.ConvertOptions(
+        column_types={n: pa.string() for n in names}, strings_can_be_null=False)).slice(0, 500).to_pydict()
+    values = {n: text[n] for n in names}
+    cols = {d.name: np.array([dense_value(d, v) for v in values[d.name]], dtype=np.float32) for d in spec.dense}
+    for c in spec.categorical:
+        ids = [categorical_ids(spec, c, v) for v in values[c.name]]
+        cols[c.name] = pa.array(ids, pa.list_(pa.int64())) if c.multivalued else np.array([i[0] for i in ids])
+    expected = scorer.predict_tasks(pa.table(cols))
+    with model_server(sys.executable, model_dir, server_log) as url:
+        _, answer = infer(url, raw_to_body(values))
+    outputs = {o["name"]: np.array(o["data"]) for o in answer["outputs"]}
+    assert list(outputs) == ["probability", "probability_purchase"], list(outputs)
+    for k, name in enumerate(outputs):
+        assert np.abs(outputs[name] - expected[:, k]).max() <= 1e-6, name

@@ -24,7 +24,7 @@ from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.infer import ModelError
 from ctr_model.onnx_export import servable
-from ctr_model.onnx_inputs import OUTPUT, layout_of
+from ctr_model.onnx_inputs import layout_of
 from ctr_volcano.errors import BadInput
 from ctr_volcano.serving.raw import model_inputs, raw_inputs, request_spec
 from ctr_volcano.serving.request_log import RequestLog
@@ -65,7 +65,8 @@ def load_served(model_dir: str) -> Tuple[FeatureSpec, "ort.InferenceSession"]:
 
 class CtrModel(kserve.Model):
     """The exported model served as ``ctr``: one input per raw column of its feature spec (Criteo:
-    ``I1..I13``, ``C1..C26``), output ``probability``."""
+    ``I1..I13``, ``C1..C26``), output ``probability`` (a multi-task model's first task), then one
+    ``probability_<task>`` per later task, each over impressions, as the graph's outputs are."""
 
     def __init__(self, model_dir: str, name: str = MODEL_NAME, request_log: Optional[RequestLog] = None):
         super().__init__(name)
@@ -91,13 +92,17 @@ class CtrModel(kserve.Model):
             feed = model_inputs(self.spec, columns)
         except BadInput as exc:
             raise InvalidInput(str(exc)) from None
-        probs = self._session.run([OUTPUT], feed)[0]
+        names = [o.name for o in self._session.get_outputs()]     # probability first, then a task each
+        results = self._session.run(names, feed)
         if self.request_log is not None:
-            self.request_log.log(columns, probs)
-        out = InferOutput(name=OUTPUT, shape=[len(probs)], datatype="FP64")
-        out.set_data_from_numpy(np.asarray(probs, dtype=np.float64), binary_data=_wants_binary(payload))
+            self.request_log.log(columns, results[0])
+        outs = []
+        for name, probs in zip(names, results):
+            out = InferOutput(name=name, shape=[len(probs)], datatype="FP64")
+            out.set_data_from_numpy(np.asarray(probs, dtype=np.float64), binary_data=_wants_binary(payload))
+            outs.append(out)
         return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
-                             infer_outputs=[out])
+                             infer_outputs=outs)
 
 
 def _wants_binary(payload: InferRequest) -> bool:
