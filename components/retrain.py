@@ -104,6 +104,7 @@ def champion_challenger_gate(
     min_auc: float = 0.7,
     tolerance: float = 0.002,
     allow_warnings: bool = False,
+    gate_task: str = "",
 ) -> bool:
     """Score the champion and the challenger on the same test split; publish only a model that is not worse.
 
@@ -118,6 +119,7 @@ def champion_challenger_gate(
         min_auc: the AUC floor; also decides the first run.
         tolerance: how far below the champion's AUC the challenger may be and still be published.
         allow_warnings: promote a challenger even if the day's data validation warned.
+        gate_task: the label whose AUC the gate compares for a multi-task model; empty: the first.
 
     Returns:
         True when the challenger should become the champion (register_model's promote).
@@ -138,7 +140,8 @@ def champion_challenger_gate(
             checked = json.load(fh)
     with tempfile.TemporaryDirectory(prefix="ctr-gate-") as tmp:
         result = compare(challenger.path, champion.path if has_champion else None, test_data.path, tmp,
-                         min_auc=min_auc, tolerance=tolerance, validation=checked, allow_warnings=allow_warnings)
+                         min_auc=min_auc, tolerance=tolerance, validation=checked, allow_warnings=allow_warnings,
+                         task=gate_task)
     d = result["decision"]
     champ = result["champion"] or {}
     scalars = {"challenger_auc": d["challenger_auc"],

@@ -97,6 +97,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         prep_fanout: int = 0,
         min_auc: float = 0.7,
         tolerance: float = 0.002,
+        gate_task: str = "",
         warm_start: bool = True,
         validation_thresholds: str = "",
         validation_baseline: str = "",
@@ -125,6 +126,7 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
             prep_fanout: 0 preps in one step; N > 0 fans prep out to a Volcano Job of N prep pods on pvc_name (Criteo TSV). The output is the same for every value.
             min_auc: the challenger is never published below this test AUC (it decides the first run).
             tolerance: the challenger is published if its AUC >= the champion's - tolerance on the same split.
+            gate_task: for a multi-task model (esmm, mmoe), the label whose AUC over impressions the gate compares, e.g. purchase; empty: the first label.
             warm_start: continue the champion; False trains from scratch (needed once after changing the network shape or hash_buckets), still gated against the champion.
             validation_thresholds: data validation thresholds for this run as JSON, over the feature spec's validation: section (docs/validation.md), e.g. {"js_divergence": 0.5}.
             validation_baseline: validate the day against this profile (a profile.json, prep output or model on the PVC) instead of the champion's training data.
@@ -163,7 +165,8 @@ def build_retraining_pipeline(run_time_placeholders: bool = True, legacy: bool =
         train.after(validate)      # a failed validation stops the run before training
         gate = champion_challenger_gate(challenger=train.outputs["model"], champion=champion.outputs["champion"],
                                         test_data=prep.outputs["test_data"], validation=validate.outputs["metrics"],
-                                        min_auc=min_auc, tolerance=tolerance, allow_warnings=allow_warnings)
+                                        min_auc=min_auc, tolerance=tolerance, allow_warnings=allow_warnings,
+                                        gate_task=gate_task)
         gate.set_display_name("champion/challenger gate")
         register = register_model(
             model=train.outputs["model"], champion=champion.outputs["champion"],

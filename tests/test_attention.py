@@ -213,6 +213,12 @@ def test_esmm_over_an_attention_pooled_history_on_a_two_by_two_gang(history_log,
     tasks = result.metrics["test"]["tasks"]
     assert tasks["click"]["auc"] > 0.65 and tasks["purchase"]["auc"] > 0.6, tasks
     _check_export(result.model_dir, prep, 2)
+    from ctr_volcano.retraining.gate import compare
+
+    gated = compare(result.model_dir, result.model_dir, os.path.join(prep, "test"), str(tmp_path / "gate"),
+                    min_auc=0.5, tolerance=0.0, task="purchase")      # the gate on the chosen task
+    assert gated["decision"]["challenger_auc"] == pytest.approx(tasks["purchase"]["auc"], abs=1e-9)
+    assert gated["decision"]["reason"].startswith("challenger purchase AUC") and gated["decision"]["publish"]
     _check_served(result.model_dir, history_log / "raw" / "part-00000.csv", tmp_path / "server.log")
 
 

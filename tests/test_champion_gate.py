@@ -70,3 +70,38 @@ def test_compare_scores_both_on_the_same_split(trained, tmp_path):
     first = compare(str(root / "good"), None, str(root / "data"), str(tmp_path / "f"), min_auc=0.99,
                     tolerance=0.0)
     assert not first["decision"]["publish"] and first["champion"] is None
+
+
+def test_decide_names_the_task_it_gates_on():
+    d = decide(0.71, 0.75, min_auc=0.7, tolerance=0.002, task="purchase")
+    assert not d.publish and d.task == "purchase"
+    assert d.reason == "challenger purchase AUC 0.7100 < champion purchase AUC 0.7500 - tolerance 0.002 on the same split"
+
+
+@pytest.mark.parametrize("spec,task,ok", [
+    ("", "", True), ("", "label", True), ("", "purchase", False),
+    (json.dumps({"format": "csv", "header": True, "labels": ["click", "purchase"],
+                 "depends_on": {"purchase": "click"}, "categorical": [{"name": "ad"}]}), "purchase", True),
+    (json.dumps({"format": "csv", "header": True, "labels": ["click", "purchase"],
+                 "categorical": [{"name": "ad"}]}), "buy", False),
+])
+def test_an_unknown_gate_task_is_refused_before_any_run(spec, task, ok):
+    from ctr_volcano.retraining.gate import check_gate_task
+
+    if ok:
+        check_gate_task(spec, task)
+        return
+    with pytest.raises(BadInput) as err:
+        check_gate_task(spec, task)
+    assert err.value.field == "gate_task" and "gate on a label of the feature spec" in str(err.value)
+
+
+@pytest.mark.slow
+def test_a_single_task_model_gates_on_its_label_and_refuses_another(trained, tmp_path):
+    root = trained
+    same = compare(str(root / "good"), str(root / "good"), str(root / "data"), str(tmp_path / "s"),
+                   min_auc=0.5, tolerance=0.0, task="label")
+    assert same["decision"]["publish"] and same["decision"]["reason"].startswith("challenger label AUC")
+    with pytest.raises(BadInput, match="has no task 'purchase'"):
+        compare(str(root / "good"), None, str(root / "data"), str(tmp_path / "p"), min_auc=0.5, tolerance=0.0,
+                task="purchase")

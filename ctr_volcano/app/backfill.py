@@ -135,6 +135,7 @@ def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping
     from ctr_volcano.app.catalogue import check_param_names
     from ctr_volcano.app.local_run import LOCAL_OVERRIDES
     from ctr_volcano.data.spec_input import read_feature_spec
+    from ctr_volcano.retraining.gate import check_gate_task
     from ctr_volcano.retraining.window import check_scoring_params, resolve_window
     from ctr_volcano.validation.validate import check_params
 
@@ -156,6 +157,7 @@ def _checked(data_uri: str, start_date: str, days: int, params: Optional[Mapping
         require("paddle", "backend", "local", "a back-fill trains with the local backend, a Paddle gang "
                                               "on this machine")
     read_feature_spec(args.get("feature_spec"))   # a typo fails now, not in day 1's prep step
+    check_gate_task(args.get("feature_spec"), args.get("gate_task", ""))     # nor in its gate
     check_params(args.get("feature_spec"), args.get("validation_thresholds"),   # not in day 1's validation
                  args.get("validation_baseline", ""))
     window_days = int(args.get("window_days", 1))

@@ -206,9 +206,11 @@ def submit(host: str, *, experiment: str = "ctr-volcano", run_name: Optional[str
 
     check_submitted_params(dict(params or {}))
     if pipeline == "retraining":
+        from ctr_volcano.retraining.gate import check_gate_task
         from ctr_volcano.retraining.window import check_scoring_params
 
         check_scoring_params(dict(params or {}))
+        check_gate_task((params or {}).get("feature_spec", ""), (params or {}).get("gate_task", ""))
     name = run_name or f"ctr-{pipeline}-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     if client is None:
         check_kfp_host(host)

@@ -9,6 +9,10 @@ the exact evaluation of :mod:`ctr_volcano.evaluation.evaluate`, and the challeng
 * the day's data validation (:mod:`ctr_volcano.validation`) did not warn, unless ``allow_warnings``
   (a ``fail`` never gets here: the run stops before training).
 
+A multi-task model (``esmm``, ``mmoe``) is gated on one task: its first (the click) unless ``task``
+names another label of the feature spec, whose AUC over impressions both models are then compared on
+(:func:`check_gate_task` refuses an unknown task before any run).
+
 :func:`decide` is the rule alone; :func:`compare` scores both models and applies it.
 """
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ctr_model.atomic import write_json
 from ctr_model.defaults import DEFAULT_SCORE_BATCH
 from ctr_volcano.errors import BadInput
 
-__all__ = ["GateDecision", "decide", "compare", "render_markdown"]
+__all__ = ["GateDecision", "decide", "compare", "render_markdown", "check_gate_task", "task_auc"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class GateDecision:
         tolerance: how far below the champion the challenger may be.
         data_verdict: the data validation's verdict (``pass``, ``warn``, ``skipped``).
         allow_warnings: whether a ``warn`` verdict may still be promoted.
+        task: the task both AUCs are of (``""``: the model's first, or only, task).
     """
 
     publish: bool
@@ -47,6 +52,7 @@ class GateDecision:
     tolerance: float
     data_verdict: str = "pass"
     allow_warnings: bool = False
+    task: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -54,9 +60,9 @@ class GateDecision:
 
 def decide(challenger_auc: float, champion_auc: Optional[float], min_auc: float,
            tolerance: float, data_verdict: str = "pass", allow_warnings: bool = False,
-           data_findings: str = "") -> GateDecision:
+           data_findings: str = "", task: str = "") -> GateDecision:
     """Apply the rule (see the module docstring). ``data_findings``: the validation's warnings, quoted
-    in the reason when they hold the model back.
+    in the reason when they hold the model back; ``task``: the task the AUCs are of, named in the reason.
 
     Raises:
         BadInput: ``min_auc`` outside [0, 1], ``tolerance`` outside [0, 0.5], or a ``fail`` data
@@ -67,15 +73,16 @@ def decide(challenger_auc: float, champion_auc: Optional[float], min_auc: float,
     if not 0.0 <= tolerance <= 0.5:
         raise BadInput("tolerance", tolerance, "use an AUC allowance in [0, 0.5], e.g. 0.002")
     c = float(challenger_auc)
+    auc = f"{task} AUC" if task else "AUC"
     if c < min_auc:
-        publish, reason = False, f"challenger AUC {c:.4f} < min_auc {min_auc:.4f}"
+        publish, reason = False, f"challenger {auc} {c:.4f} < min_auc {min_auc:.4f}"
     elif champion_auc is None:
-        publish, reason = True, f"no champion yet and challenger AUC {c:.4f} >= min_auc {min_auc:.4f}"
+        publish, reason = True, f"no champion yet and challenger {auc} {c:.4f} >= min_auc {min_auc:.4f}"
     elif c >= champion_auc - tolerance:
-        publish, reason = True, (f"challenger AUC {c:.4f} >= champion AUC {champion_auc:.4f} - "
+        publish, reason = True, (f"challenger {auc} {c:.4f} >= champion {auc} {champion_auc:.4f} - "
                                  f"tolerance {tolerance:g} on the same split")
     else:
-        publish, reason = False, (f"challenger AUC {c:.4f} < champion AUC {champion_auc:.4f} - "
+        publish, reason = False, (f"challenger {auc} {c:.4f} < champion {auc} {champion_auc:.4f} - "
                                   f"tolerance {tolerance:g} on the same split")
     if data_verdict == "fail":
         raise BadInput("data_verdict", data_verdict, "a day that failed validation is never trained or promoted")
@@ -85,12 +92,62 @@ def decide(challenger_auc: float, champion_auc: Optional[float], min_auc: float,
     return GateDecision(publish=publish, reason=reason, challenger_auc=c,
                         champion_auc=None if champion_auc is None else float(champion_auc),
                         min_auc=float(min_auc), tolerance=float(tolerance), data_verdict=data_verdict,
-                        allow_warnings=bool(allow_warnings))
+                        allow_warnings=bool(allow_warnings), task=task)
+
+
+def check_gate_task(feature_spec: Any, task: str) -> None:
+    """``task`` is ``""`` or a label of the feature spec (a JSON text, a path, or empty for Criteo).
+
+    Raises:
+        BadInput: naming ``gate_task``, the labels there are, and the fix.
+    """
+    from ctr_volcano.data.spec_input import read_feature_spec
+
+    if not task:
+        return
+    spec = read_feature_spec(feature_spec)
+    labels = ("label",) if spec is None or spec.is_criteo else spec.task_labels
+    if task not in labels:
+        raise BadInput("gate_task", task, f"gate on a label of the feature spec ({', '.join(labels)}), or "
+                                          f"leave it empty for the first")
+
+
+def task_auc(metrics: Dict[str, Any], task: str, model_dir: str) -> float:
+    """The AUC ``evaluate`` reported for ``task`` (``""``: the first task's, ``metrics["auc"]``).
+
+    Raises:
+        BadInput: the model has no such task (a single-task champion gated on a later task).
+    """
+    if not task:
+        return float(metrics["auc"])
+    tasks = metrics.get("tasks") or {}
+    if not tasks and task == _label(model_dir):     # a single-task model: its one label
+        return float(metrics["auc"])
+    if task not in tasks:
+        raise BadInput("gate_task", task, f"the model {model_dir} has no task {task!r} (its tasks: "
+                                          f"{', '.join(tasks) or 'one'}): gate on its first task, or retrain "
+                                          f"without warm start")
+    return float(tasks[task]["auc"])
+
+
+def _label(model_dir: str) -> str:
+    """The label column a model was trained on (its ``model_meta.json`` feature spec; Criteo's ``label``)."""
+    import json
+
+    from ctr_model.infer import MODEL_META
+
+    try:
+        with open(os.path.join(model_dir, MODEL_META), encoding="utf-8") as fh:
+            spec = json.load(fh).get("feature_spec") or {}
+    except (OSError, ValueError):
+        return ""
+    return str(spec.get("label", "label"))
 
 
 def compare(challenger_dir: str, champion_dir: Optional[str], test_data: str, out_dir: str, *,
             min_auc: float, tolerance: float, batch_size: int = DEFAULT_SCORE_BATCH,
-            validation: Optional[Dict[str, Any]] = None, allow_warnings: bool = False) -> Dict[str, Any]:
+            validation: Optional[Dict[str, Any]] = None, allow_warnings: bool = False,
+            task: str = "") -> Dict[str, Any]:
     """Score both models on ``test_data`` and decide; writes ``out_dir/gate.json``.
 
     Args:
@@ -102,6 +159,7 @@ def compare(challenger_dir: str, champion_dir: Optional[str], test_data: str, ou
         min_auc, tolerance, allow_warnings: see :func:`decide`.
         batch_size: rows per scoring batch.
         validation: the day's ``validation.json`` (its verdict and findings), if it was validated.
+        task: the task to gate on (``""``: the first); its AUC over impressions is compared.
 
     Returns:
         ``{"decision": {...}, "challenger": metrics, "champion": metrics or None}`` (scalar metrics).
@@ -113,18 +171,18 @@ def compare(challenger_dir: str, champion_dir: Optional[str], test_data: str, ou
     def scalars(metrics: Dict[str, Any]) -> Dict[str, Any]:
         return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))}
 
-    challenger = scalars(evaluate(challenger_dir, test_data, os.path.join(out_dir, "challenger"),
-                                  batch_size=batch_size))
-    champion = None
+    full = evaluate(challenger_dir, test_data, os.path.join(out_dir, "challenger"), batch_size=batch_size)
+    challenger, challenger_auc = scalars(full), task_auc(full, task, challenger_dir)
+    champion, champion_auc = None, None
     if champion_dir is not None:
         if not os.path.isdir(champion_dir):
             raise BadInput("champion", champion_dir, "pass the champion's model directory or None")
-        champion = scalars(evaluate(champion_dir, test_data, os.path.join(out_dir, "champion"),
-                                    batch_size=batch_size))
+        full = evaluate(champion_dir, test_data, os.path.join(out_dir, "champion"), batch_size=batch_size)
+        champion, champion_auc = scalars(full), task_auc(full, task, champion_dir)
     verdict = (validation or {}).get("verdict", "skipped")
     warnings = "; ".join(f["line"] for f in (validation or {}).get("findings", []) if f.get("severity") == "warn")
-    decision = decide(challenger["auc"], champion["auc"] if champion else None, min_auc, tolerance,
-                      data_verdict=verdict, allow_warnings=allow_warnings, data_findings=warnings)
+    decision = decide(challenger_auc, champion_auc, min_auc, tolerance, data_verdict=verdict,
+                      allow_warnings=allow_warnings, data_findings=warnings, task=task)
     result = {"decision": decision.to_dict(), "challenger": challenger, "champion": champion,
               "validation": {"verdict": verdict, "findings": [f["line"] for f in (validation or {}).get("findings", [])]}}
     write_json(os.path.join(out_dir, "gate.json"), result, sort_keys=True)
