@@ -108,7 +108,8 @@ class StepParams:
     learning_rate: float = _trainer(DEFAULT_LEARNING_RATE, "learning_rate", "the Adam learning rate", flag="--lr")
     model_family: Optional[str] = _trainer(
         DEFAULT_MODEL, "model", 'the network: "dnn" (embedding-concat DNN), "wide_deep" (Wide & Deep), "deepfm" '
-        '(DeepFM) or "dcn_v2" (DCN-v2, stacked cross layers)', flag="--model")
+        '(DeepFM), "dcn_v2" (DCN-v2, stacked cross layers), or for a spec with several labels "esmm" or "mmoe"',
+        flag="--model")
     model_config: Any = _param(
         None, 'the family\'s own hyper-parameters as a JSON object, e.g. {"cross_layers": 3, "low_rank": 0} '
         "for dcn_v2 (dnn, wide_deep and deepfm have none)", unset="the family's defaults",
