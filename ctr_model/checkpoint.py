@@ -16,10 +16,13 @@ from typing import List, Optional
 
 from ctr_model.atomic import write_json
 
-__all__ = ["COMPLETE_MARKER", "Checkpoint", "checkpoint_root", "epoch_dir", "latest_complete",
-           "mark_complete", "prune"]
+__all__ = ["COMPLETE_MARKER", "NETWORK_KEYS", "Checkpoint", "checkpoint_root", "epoch_dir", "latest_complete",
+           "mark_complete", "prune", "resume_refusal"]
 
 COMPLETE_MARKER = "_COMPLETE"
+#: The config keys that shape the network's parameters: a checkpoint resumes only under the same values
+#: (a gang once resumed one of ``fc_sizes`` [32, 16] under [64, 32] and exported a constant model).
+NETWORK_KEYS = ("model", "model_config", "fc_sizes", "embedding_dim", "hash_buckets")
 _EPOCH_RE = re.compile(r"^epoch-(\d+)$")
 
 
@@ -30,6 +33,26 @@ class Checkpoint:
     epoch: int
     path: str
     meta: dict
+
+
+def resume_refusal(checkpoint: "Checkpoint", config: dict, pservers: int) -> Optional[str]:
+    """``None``, or why this run cannot resume ``checkpoint`` (written by another number of pservers,
+    or under another network: a :data:`NETWORK_KEYS` value differs), naming the value and the fix.
+
+    Args:
+        config: this run's complete training config (``TrainConfig.to_dict()``).
+    """
+    meta = checkpoint.meta
+    if meta.get("pservers") != pservers:
+        return (f"checkpoint {checkpoint.path} was written by {meta.get('pservers')} pservers; use that "
+                f"many or a fresh output dir")
+    written = meta.get("config") or {}
+    for key in NETWORK_KEYS:
+        if key in written and written[key] != config.get(key):
+            return (f"checkpoint {checkpoint.path} was written with {key} {written[key]!r}, this run has "
+                    f"{config.get(key)!r}: resume with the same network, or give a fresh output dir "
+                    f"(workdir) to train this one")
+    return None
 
 
 def checkpoint_root(output_dir: str) -> str:

@@ -121,7 +121,8 @@ n = 64
 ids = rng.integers(0, cfg.hash_buckets, size=(n, len(spec.categorical)))
 dense = rng.normal(0, 1, size=(n, len(spec.dense))).astype("float32")
 feed = {label_input(k): rng.integers(0, 2, size=(n, 1)).astype("int64") for k in range(len(spec.task_labels))}
-feed["dense_input"] = dense
+if spec.dense:
+    feed["dense_input"] = dense
 for j in range(len(spec.categorical)):
     feed[f"cat{j}"] = paddle.base.create_lod_tensor(ids[:, j:j + 1].astype("int64"), [[1] * n], paddle.CPUPlace())
 outs = exe.run(main, feed=feed, fetch_list=list(net.task_probs), return_numpy=False)
@@ -137,10 +138,15 @@ print(json.dumps({"max_diff": float(np.abs(mine - pred).max()), "spread": pred.s
 """
 
 
+@pytest.mark.parametrize("numeric", [True, False], ids=["dense", "no-dense"])
 @pytest.mark.parametrize("model,model_config", [("esmm", {}), ("mmoe", MMOE)])
-def test_numpy_scorer_is_the_multi_task_program(model, model_config):
+def test_numpy_scorer_is_the_multi_task_program(model, model_config, numeric):
+    """The program against the numpy scorer, also on a log without a numeric column (Ali-CCP's shape:
+    the families once concatenated a dense input that is not there)."""
     cfg = {"model": model, "model_config": model_config, "embedding_dim": 4, "fc_sizes": [8, 4], "hash_buckets": 500}
     spec = {**SPEC, "hash_buckets": 500, "categorical": [{"name": "user"}, {"name": "item"}]}
+    if not numeric:
+        spec["dense"] = []
     out = subprocess.run([sys.executable, "-c", _PARITY, json.dumps(cfg), json.dumps(spec)],
                          env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

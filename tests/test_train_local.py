@@ -185,6 +185,37 @@ def test_short_epochs_checkpoint_only_at_the_end(planted, job_id, tmp_path):
     assert result.metrics["test"]["auc"] > 0.6
 
 
+@pytest.mark.slow
+def test_a_workdir_resumes_only_the_network_it_checkpointed(planted, job_id, tmp_path):
+    """A later call with the same workdir resumes its checkpoint; one with another network (here
+    ``fc_sizes``) is refused naming the key and both values, not resumed into a broken model (it once
+    exported a model scoring every row alike, AUC 0.5000)."""
+    from ctr_volcano.errors import BadInput
+
+    data, _ = planted
+    first = train_local(data, str(tmp_path / "m1"), {**SMALL, "epochs": 1}, max_retry=0,
+                        workdir=str(tmp_path / "w"), job_id=job_id, log=lambda m: None)
+    assert first.metrics["test"]["auc"] > 0.6
+    with pytest.raises(BadInput) as err:
+        train_local(data, str(tmp_path / "m2"), {**SMALL, "epochs": 1, "fc_sizes": [64, 32]}, max_retry=0,
+                    workdir=str(tmp_path / "w"), job_id=job_id, log=lambda m: None)
+    assert "written with fc_sizes [32, 16], this run has [64, 32]" in str(err.value), str(err.value)
+    assert "exit code 2" in str(err.value)
+    assert not (tmp_path / "m2" / "model_meta.json").exists()
+
+
+def test_resume_refusal_names_the_first_network_key_that_differs():
+    from ctr_model.checkpoint import Checkpoint, resume_refusal
+    from ctr_model.config import TrainConfig
+
+    config = TrainConfig(**{k: v for k, v in SMALL.items()}).to_dict()
+    same = Checkpoint(3, "/o/checkpoints/epoch-3", {"pservers": 2, "config": dict(config, learning_rate=0.1)})
+    assert resume_refusal(same, config, 2) is None          # the optimizer's step may change, not the network
+    assert "written by 2 pservers" in resume_refusal(same, config, 1)
+    other = Checkpoint(3, "/o/checkpoints/epoch-3", {"pservers": 2, "config": dict(config, model="deepfm")})
+    assert "written with model 'deepfm', this run has 'dnn'" in resume_refusal(other, config, 2)
+
+
 def test_trainer_fails_clearly_when_the_pservers_never_serve(planted, tmp_path):
     """Nobody listens on pserver 0's rendezvous port: the trainer gives up after CTR_PSERVER_WAIT_S
     with one line naming the endpoint, exit 1, instead of waiting forever as Paddle's check does."""

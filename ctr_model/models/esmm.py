@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from ctr_model.models import Family
+from ctr_model.models.layers import concat, width_of
 from ctr_model.models.multitask import Tasks, np_tower, tower, tower_names
 
 __all__ = ["FAMILY"]
@@ -27,10 +28,8 @@ def _check(key: str, value: Any):
 
 
 def _build(embs, dense, config):
-    import paddle
-
-    x = paddle.concat(list(embs) + [dense], axis=1)
-    width = dense.shape[1] + sum(e.shape[1] for e in embs)
+    x = concat(list(embs) + [dense])        # no dense input on a log without a numeric column
+    width = width_of(dense) + sum(e.shape[1] for e in embs)
     return [tower(x, width, config.fc_sizes, f"t{t}_") for t in range(2)]
 
 

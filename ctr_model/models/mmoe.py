@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 
 from ctr_model.checks import is_int
 from ctr_model.models import Family
+from ctr_model.models.layers import concat, width_of
 from ctr_model.models.multitask import Tasks, fc, np_fc, np_tower, task_count, tower, tower_names
 
 __all__ = ["FAMILY"]
@@ -40,8 +41,8 @@ def _build(embs, dense, config):
     import paddle
 
     mc = config.model_config
-    x = paddle.concat(list(embs) + [dense], axis=1)
-    width = dense.shape[1] + sum(e.shape[1] for e in embs)
+    x = concat(list(embs) + [dense])        # no dense input on a log without a numeric column
+    width = width_of(dense) + sum(e.shape[1] for e in embs)
     experts = paddle.stack([fc(x, mc["expert_size"], f"expert{e}", width, activation="relu")
                             for e in range(mc["experts"])], axis=1)            # [-1, E, S]
     probs = []

@@ -35,19 +35,19 @@ def sync_checkpoints(ws: wsp.Workspace) -> Optional[ckpt.Checkpoint]:
     return ckpt.latest_complete(ws.root)
 
 
-def restore(spec: RoleSpec, ws: wsp.Workspace, fleet: Any, init: Optional[WarmStart]) -> int:
+def restore(spec: RoleSpec, ws: wsp.Workspace, fleet: Any, init: Optional[WarmStart], config: TrainConfig) -> int:
     """Load the newest complete checkpoint (resume) or else the init model (warm start) into the
     pservers; returns the epoch training continues after (0 for a fresh run).
 
     Raises:
-        BadInput: the checkpoint was written by another number of pservers.
+        BadInput: the checkpoint was written by another number of pservers or under another network
+            (:func:`ctr_model.checkpoint.resume_refusal`).
     """
     resume = sync_checkpoints(ws)
     if resume is not None:
-        if resume.meta.get("pservers") != spec.pservers:
-            raise BadInput("pservers", spec.pservers,
-                           f"checkpoint {resume.path} was written by {resume.meta.get('pservers')} "
-                           f"pservers; use that many or a fresh output dir")
+        refusal = ckpt.resume_refusal(resume, config.to_dict(), spec.pservers)
+        if refusal:
+            raise BadInput("checkpoint", resume.path, refusal)
         fleet.load_model(resume.path, mode=0)
         pull_dense(fleet)
         say(spec, f"resumed from {resume.path} (epoch {resume.epoch})")

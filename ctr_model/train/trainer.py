@@ -102,7 +102,7 @@ def _train(spec: RoleSpec, config: TrainConfig, ws: wsp.Workspace, conversion: A
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
-    start_epoch = restore(spec, ws, fleet, init)
+    start_epoch = restore(spec, ws, fleet, init, config)
     dataset, rows, timings, stream = load_dataset(spec, config, net, conversion, n_shards, features)
     run_epochs(spec, config, ws, Session(fleet, exe, program, net, dataset, rows, timings, stream), start_epoch)
     if config.reader == "inmemory":

@@ -465,10 +465,41 @@ def test_gang_trains_a_parquet_feature_spec(sandbox, tmp_path):
     assert oracle - MAX_GAP < auc <= oracle + 0.01, (auc, oracle)
 
 
+def test_a_planted_log_without_a_numeric_column_trains_within_reach_of_its_oracle_on_volcano(sandbox, tmp_path):
+    """Issue 36 on Volcano: a planted categorical-only CSV (gen-data, string ids, a mean-pooled list),
+    trained by a 2x2 gang of real pods through the PVC hand-off, within 0.02 AUC of the planted model
+    (the local gang's test of every family: tests/test_train_spec_local.py)."""
+    from ctr_volcano.training.step import run_training_step
+    from tests.gang_helpers import SMALL
+    from tests.test_train_spec_local import CATEGORICAL_ONLY, MAX_GAP
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(CATEGORICAL_ONLY))
+    _cli("gen-data", "--feature-spec", str(spec), "--rows", "100000", "--files", "2", "--seed", "3",
+         "--out", str(tmp_path / "raw"), "--oracle-rows", "100000")
+    _cli("prep", "--feature-spec", str(spec), "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "prep"),
+         "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2")
+    oracle = float(json.loads((tmp_path / "raw" / "oracle.json").read_text())["auc"])
+    sandbox.add_process_nodes(2)
+    claim = _claim(sandbox, tmp_path)
+    config = {k: v for k, v in SMALL.items() if k not in ("batch_size", "learning_rate")}
+    result = run_training_step(str(tmp_path / "prep"), str(tmp_path / "model"),
+                               _params(sandbox, claim, "ctr-catonly", epochs=3, batch_size=SMALL["batch_size"],
+                                       learning_rate=SMALL["learning_rate"], config=config),
+                               log=lambda line: None)
+    assert job_phase(sandbox.api(), sandbox.namespace, "ctr-catonly") == "Completed"
+    assert json.loads((tmp_path / "model" / "model_meta.json").read_text())["feature_spec"]["dense"] == []
+    auc = result.metrics["test"]["auc"]
+    print(f"\ncategorical-only spec on Volcano: test AUC {auc:.4f}, oracle {oracle:.4f}")
+    assert oracle - MAX_GAP < auc <= oracle + 0.01, (auc, oracle)
+
+
 def test_a_multi_task_model_over_an_attention_history_trains_on_volcano(sandbox, tmp_path):
-    """ESMM (click, and a purchase after a click) over DIN's attention-pooled history of ads, trained by
-    a 2x2 gang of real pods through the PVC hand-off: both tasks learnt, and the export's ONNX graph
-    gives the numpy scorer's probability per task (the local gang's test: tests/test_attention.py)."""
+    """ESMM (click, and a purchase after a click) over DIN's attention-pooled history of ads, on a log
+    without a numeric column, trained by a 2x2 gang of real pods through the PVC hand-off: both tasks
+    learnt, and the export's ONNX graph gives the numpy scorer's probability per task (the local
+    gang's tests: tests/test_attention.py). Measured 2026-12-06: click AUC 0.7713 against the planted
+    0.8362 (40k training rows: the history's relevance is not learnt at this size, docs/features.md)."""
     import numpy as np
     import onnxruntime as ort
     import pyarrow.parquet as pq
@@ -480,8 +511,9 @@ def test_a_multi_task_model_over_an_attention_history_trains_on_volcano(sandbox,
     from tests.test_attention import SPEC
 
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({**SPEC, "labels": ["click", "purchase"], "depends_on": {"purchase": "click"}}))
-    _cli("gen-data", "--feature-spec", str(spec), "--rows", "20000", "--files", "2", "--seed", "6",
+    spec.write_text(json.dumps({**SPEC, "dense": [], "labels": ["click", "purchase"],
+                                "depends_on": {"purchase": "click"}}))
+    _cli("gen-data", "--feature-spec", str(spec), "--rows", "50000", "--files", "2", "--seed", "6",
          "--out", str(tmp_path / "raw"), "--oracle-rows", "20000")
     _cli("prep", "--feature-spec", str(spec), "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "prep"),
          "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2")
@@ -494,9 +526,11 @@ def test_a_multi_task_model_over_an_attention_history_trains_on_volcano(sandbox,
                                log=lambda line: None)
     assert job_phase(sandbox.api(), sandbox.namespace, "ctr-esmm-din") == "Completed"
     tasks = result.metrics["test"]["tasks"]
-    print(f"\nESMM over an attention history on Volcano: click AUC {tasks['click']['auc']:.4f}, "
-          f"purchase AUC {tasks['purchase']['auc']:.4f}")
-    assert tasks["click"]["auc"] > 0.65 and tasks["purchase"]["auc"] > 0.6, tasks
+    oracle = json.loads((tmp_path / "raw" / "oracle.json").read_text())["tasks"]
+    print(f"\nESMM over an attention history on Volcano: click AUC {tasks['click']['auc']:.4f} (oracle "
+          f"{oracle['click']['auc']:.4f}), purchase AUC {tasks['purchase']['auc']:.4f} (oracle "
+          f"{oracle['purchase']['auc']:.4f})")
+    assert tasks["click"]["auc"] > 0.72 and tasks["purchase"]["auc"] > 0.65, (tasks, oracle)
     scorer = load_model(str(tmp_path / "model"))
     assert scorer.config.model == "esmm" and "att2.out.w" in scorer.params
     table = pq.read_table(sorted((tmp_path / "prep" / "test").glob("part-*.parquet"))[0])
