@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     results: Dict[str, Dict[str, Dict[str, Any]]] = {}
     oracles: Dict[str, Any] = {}
     sample_oracles: Dict[str, Any] = {}
-    for label, k in datasets.items():
+    for label, k in (datasets.items() if families else ()):     # --families "": the history log alone
         data = make_data(args.workdir, args.rows, k, args.seed, args.oracle_rows)
         oracles[label] = data["oracle"]
         sample_oracles[label] = data["sample_oracle"]
