@@ -434,16 +434,19 @@ def test_gang_streams_its_shards_on_volcano(sandbox, tmp_path, planted):
     assert_trained(auc, planted["oracle_auc"])
 
 
-def test_gang_trains_a_parquet_feature_spec(sandbox, tmp_path):
+@pytest.mark.parametrize("layout", ["parquet-list", "categorical-only"])
+def test_gang_trains_a_planted_feature_spec(sandbox, tmp_path, layout):
     """Issue 20 on Volcano: Parquet with a list column (``gen-data --feature-spec``), prepped by its
     spec, trained by a 2x2 gang of real pods through the PVC hand-off; the spec travels in the data's
-    schema.json only, and the model scores within the local test's margin of the oracle."""
+    schema.json only, and the model scores within the local test's margin of the oracle. Issue 36's
+    log without a numeric column (a CSV of string ids and a mean-pooled list) the same way."""
     from ctr_volcano.training.step import run_training_step
     from tests.gang_helpers import SMALL
-    from tests.test_train_spec_local import FEATURES, LAYOUTS, MAX_GAP
+    from tests.test_train_spec_local import CATEGORICAL_ONLY, FEATURES, LAYOUTS, MAX_GAP
 
+    doc = CATEGORICAL_ONLY if layout == "categorical-only" else dict(FEATURES, **LAYOUTS[layout])
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(dict(FEATURES, **LAYOUTS["parquet-list"])))
+    spec.write_text(json.dumps(doc))
     _cli("gen-data", "--feature-spec", str(spec), "--rows", "100000", "--files", "2", "--seed", "3",
          "--out", str(tmp_path / "raw"), "--oracle-rows", "100000")
     _cli("prep", "--feature-spec", str(spec), "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "prep"),
@@ -460,37 +463,9 @@ def test_gang_trains_a_parquet_feature_spec(sandbox, tmp_path):
     assert result.attempts == 1
     meta = json.loads((tmp_path / "model" / "model_meta.json").read_text())
     assert meta["feature_spec"]["categorical"][1]["multivalued"] is True
+    assert (meta["feature_spec"]["dense"] == []) is (layout == "categorical-only")
     auc = _evaluate_auc(tmp_path / "model", str(tmp_path / "prep"), tmp_path / "eval")
-    print(f"\nparquet spec on Volcano: test AUC {auc:.4f}, oracle {oracle:.4f}")
-    assert oracle - MAX_GAP < auc <= oracle + 0.01, (auc, oracle)
-
-
-def test_a_planted_log_without_a_numeric_column_trains_within_reach_of_its_oracle_on_volcano(sandbox, tmp_path):
-    """Issue 36 on Volcano: a planted categorical-only CSV (gen-data, string ids, a mean-pooled list),
-    trained by a 2x2 gang of real pods through the PVC hand-off, within 0.02 AUC of the planted model
-    (the local gang's test of every family: tests/test_train_spec_local.py)."""
-    from ctr_volcano.training.step import run_training_step
-    from tests.gang_helpers import SMALL
-    from tests.test_train_spec_local import CATEGORICAL_ONLY, MAX_GAP
-
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(CATEGORICAL_ONLY))
-    _cli("gen-data", "--feature-spec", str(spec), "--rows", "100000", "--files", "2", "--seed", "3",
-         "--out", str(tmp_path / "raw"), "--oracle-rows", "100000")
-    _cli("prep", "--feature-spec", str(spec), "--input", str(tmp_path / "raw"), "--out", str(tmp_path / "prep"),
-         "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2")
-    oracle = float(json.loads((tmp_path / "raw" / "oracle.json").read_text())["auc"])
-    sandbox.add_process_nodes(2)
-    claim = _claim(sandbox, tmp_path)
-    config = {k: v for k, v in SMALL.items() if k not in ("batch_size", "learning_rate")}
-    result = run_training_step(str(tmp_path / "prep"), str(tmp_path / "model"),
-                               _params(sandbox, claim, "ctr-catonly", epochs=3, batch_size=SMALL["batch_size"],
-                                       learning_rate=SMALL["learning_rate"], config=config),
-                               log=lambda line: None)
-    assert job_phase(sandbox.api(), sandbox.namespace, "ctr-catonly") == "Completed"
-    assert json.loads((tmp_path / "model" / "model_meta.json").read_text())["feature_spec"]["dense"] == []
-    auc = result.metrics["test"]["auc"]
-    print(f"\ncategorical-only spec on Volcano: test AUC {auc:.4f}, oracle {oracle:.4f}")
+    print(f"\n{layout} spec on Volcano: test AUC {auc:.4f}, oracle {oracle:.4f}")
     assert oracle - MAX_GAP < auc <= oracle + 0.01, (auc, oracle)
 
 
