@@ -23,8 +23,8 @@ from ctr_model.checks import is_int, is_real
 from ctr_model.defaults import DEFAULT_HASH_BUCKETS
 from ctr_model.errors import BadInput
 from ctr_model.features import DENSE_COLUMNS, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
-from ctr_model.spec_crosses import CROSS_EMBEDDING_DIM, Cross, check_crosses, read_crosses
 from ctr_model.spec_attention import ATTENTION, DEFAULT_UNITS, attention_doc, check_attention, read_attention
+from ctr_model.spec_crosses import CROSS_EMBEDDING_DIM, Cross, check_crosses, read_crosses
 from ctr_model.spec_labels import check_labels, read_labels
 from ctr_model.validation_spec import check_section
 

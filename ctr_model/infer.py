@@ -26,8 +26,8 @@ from ctr_model.features import SCHEMA_VERSION
 from ctr_model.metrics import auc, logloss  # re-exported: part of this API
 from ctr_model.models import family
 from ctr_model.models.attention import attention_slots, np_pool, param_names
-from ctr_model.spec_attention import ATTENTION
 from ctr_model.sparse_tables import SparseTable, tables_from_meta
+from ctr_model.spec_attention import ATTENTION
 
 if TYPE_CHECKING:
     import numpy as np

@@ -10,15 +10,15 @@ one process without Paddle (:mod:`ctr_model.infer`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ctr_model.config import TrainConfig
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.features import NUM_DENSE, SPARSE_COLUMNS
 from ctr_model.models import family
 from ctr_model.models.attention import attention_slots, param_names, pool
-from ctr_model.spec_attention import ATTENTION
 from ctr_model.sparse_tables import EMBEDDING_NAME, SparseTable, sparse_tables
+from ctr_model.spec_attention import ATTENTION
 
 __all__ = ["EMBEDDING_NAME", "net_tables", "DENSE_INPUT", "LABEL_INPUT", "Net", "build_net", "slot_layout",
            "dense_param_names", "label_input", "task_labels", "fix_proto_shadowing", "make_optimizer", "PADDLE_FLAGS", "prepare_paddle"]
@@ -162,7 +162,8 @@ def build_net(config: TrainConfig, ps_mode: bool, features: Optional[FeatureSpec
     table_of = {slot: t for t in tables for slot in t.slots}
     attrs = {t.name: paddle.ParamAttr(name=t.name, initializer=paddle.nn.initializer.Uniform(-0.01, 0.01))
              for t in tables}
-    embs, items = [], {}
+    embs: List[Any] = []
+    items: Dict[int, Any] = {}
     for slot, (ids, (_, pooling)) in enumerate(zip(sparse, slots)):
         table = table_of[slot]
         width = fam.table_width(table.dim)
