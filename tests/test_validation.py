@@ -21,7 +21,7 @@ from ctr_volcano.data.profile.sketches import DenseSketch, IdSketch
 from ctr_volcano.errors import BadInput
 from ctr_volcano.retraining.gate import decide as gate_decide
 from ctr_volcano.validation import decide, refuse_failed, thresholds_for, validate_profiles
-from ctr_volcano.validation.checks import new_id_rate
+from ctr_volcano.validation.checks import linf_distance, new_id_rate
 
 CONFIG = PrepConfig(shards=2, workers=1)
 #: Each planted bad day, and the one (feature, statistic) that must fail it.
@@ -133,6 +133,19 @@ def test_new_id_rate_estimates_the_share_of_rows():
         assert new_id_rate(_ids(day_ids), ref) == pytest.approx(truth, abs=0.05), (share, truth)
     small = _ids(np.repeat([30, 40, 50], 1000))
     assert new_id_rate(_ids(np.repeat([30, 40, 60], 1000)), small) == pytest.approx(1 / 3, abs=0.05)
+
+
+def test_linf_distance_takes_the_noise_of_a_small_sample_off_even_where_it_missed_an_id():
+    """A day whose 25 sampled rows happened not to hold an id with a 15% share (a 2% chance) is noise,
+    not drift: under the default warn threshold (0.1; the unpooled error, 0 on the day's side, once
+    made it 0.13, a warning). The same gap over 3000 sampled rows is drift."""
+    rng = np.random.default_rng(3)
+    ref = _ids(np.where(rng.random(48_000) < 0.15, 30, 1026 + rng.integers(0, 500, 48_000)))
+    small_day = _ids(1026 + rng.integers(0, 500, 400))
+    assert (small_day.sample_rows, ref.sample_rows) == (25, 3000)
+    assert linf_distance(small_day, ref)[0] < 0.1
+    distance, raw, worst = linf_distance(_ids(1026 + rng.integers(0, 500, 48_000)), ref)
+    assert worst == 30 and 0.1 < distance < raw == pytest.approx(0.15, abs=0.02)
 
 
 def _profile(rows=1000, rate=0.25, **dense):

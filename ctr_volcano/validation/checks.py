@@ -110,7 +110,9 @@ def linf_distance(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> Tuple[float, 
     Frequencies are shares of the rows with a value, from the row samples (an id outside a side's
     candidates counts as 0 there), so each difference carries the noise of two samples of
     ``sample_rows`` rows: ``|p - q|`` less :data:`LINF_NOISE_Z` standard errors of it, at least 0, is
-    what is compared with the threshold. On a day of millions of rows that is TFDV's L-infinity
+    what is compared with the threshold. The standard error is the two-proportion test's, from the
+    pooled frequency: an id a small day's sample happened not to hold (``p = 0``) still carries the
+    noise of the share it would have had. On a day of millions of rows that is TFDV's L-infinity
     distance within a few thousandths; on a small column (a few hundred sampled values) it keeps the
     row sample's noise from raising an alarm."""
     def freq(s: IdSketch) -> Dict[int, float]:
@@ -122,9 +124,12 @@ def linf_distance(day: IdSketch, ref: IdSketch, k: int = TOP_K) -> Tuple[float, 
     if not ids:
         return 0.0, 0.0, -1
 
+    n, m = max(day.sample_rows, 1), max(ref.sample_rows, 1)
+
     def beyond_noise(i: int) -> float:
         a, b = p.get(i, 0.0), q.get(i, 0.0)
-        var = a * (1 - a) / max(day.sample_rows, 1) + b * (1 - b) / max(ref.sample_rows, 1)
+        pooled = (a * n + b * m) / (n + m)
+        var = pooled * (1 - pooled) * (1 / n + 1 / m)
         return max(0.0, abs(a - b) - LINF_NOISE_Z * var ** 0.5)
     worst = max(ids, key=lambda i: (beyond_noise(i), abs(p.get(i, 0.0) - q.get(i, 0.0))))
     return beyond_noise(worst), abs(p.get(worst, 0.0) - q.get(worst, 0.0)), worst
