@@ -38,7 +38,7 @@ def score_ctr(
     Args:
         model: the exported model directory (a training run's model, an imported one or the registry's champion).
         candidates: raw rows in the model's feature-spec layout (a file or a directory; plain or .gz); the label column is optional (when present, scores.json also has AUC and log loss).
-        scores: the output directory: part-*.parquet (the keep_columns, then probability, in input order), scores.json (rows in, scored, rejected by reason, the model's sha256 and spec, the inputs) and rejects.jsonl (file and line of each refused row).
+        scores: the output directory: part-*.parquet (the keep_columns, then probability and, for a multi-task model, probability_<task> per later task, in input order), scores.json (rows in, scored, rejected by reason, the model's sha256 and spec, the inputs) and rejects.jsonl (file and line of each refused row).
         summary: rows_in, rows_scored, rows_rejected (and auc, logloss with a label).
         keep_columns: comma-separated input columns copied into the output beside probability, e.g. id.
         fanout: workers over the input's units (0 or 1: one): a Volcano Job of N scoring pods on the claim pvc_name when it is set, else N processes in this step. The shards are the same for every value.

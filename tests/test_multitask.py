@@ -19,7 +19,7 @@ from ctr_model.train.program import with_features
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: Ali-CCP's shape: click and purchase, string ids; one numeric column (the trainer needs one).
+#: Ali-CCP's shape: click and purchase, string ids, one numeric column.
 SPEC = {"format": "csv", "header": True, "labels": ["click", "purchase"], "depends_on": {"purchase": "click"},
         "dense": [{"name": "price", "transform": "log1p"}],
         "categorical": [{"name": "user"}, {"name": "item"}, {"name": "shop"}, {"name": "cate"}]}
@@ -273,6 +273,39 @@ def _check_onnx(model_dir: str, scorer, test) -> None:
         assert np.abs(out - mine[:, k]).max() <= 1e-6
 
 
+def _check_scoring(model_dir: str, raw, out) -> None:
+    """``ctr-volcano score`` on the raw CSV files writes every task's column in input order, each the
+    numpy scorer's on the rows' reference forms (<= 1e-6), and each task's AUC into scores.json."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from ctr_model.infer import load_model
+    from ctr_model.metrics import auc
+    from ctr_model.transforms import categorical_ids, dense_value
+    from ctr_volcano.app.cli.main import main
+
+    assert main(["score", "--model", model_dir, "--input", str(raw), "--out", str(out), "--keep", "user"]) == 0
+    scored = pa.concat_tables([pq.read_table(p) for p in sorted(out.glob("part-*.parquet"))])
+    assert scored.column_names == ["user", "probability", "probability_purchase"]
+    text = pacsv.ConvertOptions(column_types={n: pa.string() for n in ["price", "user", "item", "shop", "cate"]})
+    rows = pa.concat_tables([pacsv.read_csv(p, convert_options=text) for p in sorted(raw.glob("part-*"))])
+    kept = [u or "" for u in scored["user"].to_pylist()]                # an empty field is kept as null
+    assert scored.num_rows == rows.num_rows == 4000 and kept == rows["user"].to_pylist()
+    scorer = load_model(model_dir)
+    spec = scorer.features
+    cols = {d.name: np.array([dense_value(d, v) for v in rows[d.name].to_pylist()], np.float32) for d in spec.dense}
+    cols.update({c.name: np.array([categorical_ids(spec, c, v)[0] for v in rows[c.name].to_pylist()])
+                 for c in spec.categorical})
+    mine = scorer.predict_tasks(pa.table(cols))
+    for k, name in enumerate(["probability", "probability_purchase"]):
+        assert np.abs(scored[name].to_numpy() - mine[:, k]).max() <= 1e-6, name
+    doc = json.loads((out / "scores.json").read_text())["metrics"]
+    for k, task in enumerate(["click", "purchase"]):
+        assert doc["tasks"][task]["auc"] == pytest.approx(auc(rows[task].to_numpy(), mine[:, k]), abs=1e-6)
+    assert doc["auc"] == doc["tasks"]["click"]["auc"] and doc["rows"] == 4000
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["esmm", "mmoe"])
 def test_family_trains_on_a_two_by_two_gang(ali_ccp_like, job_id, tmp_path, model):
@@ -285,6 +318,7 @@ def test_family_trains_on_a_two_by_two_gang(ali_ccp_like, job_id, tmp_path, mode
     meta = json.loads((tmp_path / "model" / "model_meta.json").read_text())
     assert meta["config"]["model"] == model and meta["config"]["model_config"]["tasks"] == 2
     _check_export(result, data)
+    _check_scoring(result.model_dir, ali_ccp_like / "raw", tmp_path / "scores")
     from ctr_volcano.app.cli.main import main
 
     assert main(["evaluate", "--model", result.model_dir, "--data", data, "--out", str(tmp_path / "eval")]) == 0

@@ -33,7 +33,7 @@ def feature_columns(spec: FeatureSpec) -> List[str]:
 
 def check_inputs(spec: FeatureSpec, files: Sequence[str], keep: Sequence[str]) -> Dict[str, bool]:
     """Refuse, before any work, a file without a feature column or a ``--keep`` column; returns
-    ``{file: has the label column}``.
+    ``{file: has every task's label column}``.
 
     Raises:
         BadInput: naming the file, the column and the fix.
@@ -51,7 +51,7 @@ def check_inputs(spec: FeatureSpec, files: Sequence[str], keep: Sequence[str]) -
             if name not in names:
                 raise BadInput("--keep", name, f"{path} has no column {name!r} ({closest(name, names)}its "
                                                f"columns: {listed(names)}); keep only columns every input has")
-        has_label[path] = spec.label in names
+        has_label[path] = all(label in names for label in spec.task_labels)
     return has_label
 
 

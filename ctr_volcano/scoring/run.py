@@ -25,6 +25,7 @@ import numpy as np
 from ctr_model.atomic import write_json
 from ctr_model.feature_spec import FeatureSpec
 from ctr_model.metrics import auc, logloss
+from ctr_model.onnx_tasks import output_names
 from ctr_volcano.data.prep.inputs import resolve_inputs
 from ctr_volcano.errors import BadInput
 from ctr_volcano.scoring.reading import BLOCK_BYTES, block_lines, check_inputs, plan
@@ -134,6 +135,10 @@ def check_args(args: ScoreArgs) -> Tuple[FeatureSpec, Dict[str, Any], bytes, Lis
     files = resolve_inputs(list(args.inputs))
     manifest, graph, where = servable(args.model)
     spec = request_spec(manifest)
+    clash = [name for name in output_names(spec.task_labels) if name in keep]
+    if clash:
+        raise BadInput("--keep", clash[0], f"the model writes a column {clash[0]!r}: keep the input's column "
+                                           "under another name")
     logger.info("model %s (%s), %s", args.model, manifest.get("model"), where)
     return spec, manifest, graph, files, check_inputs(spec, files, keep)
 
@@ -177,7 +182,8 @@ def _unit_first_lines(files: List[str], units: List[Dict[str, Any]]) -> List[int
     return first
 
 
-def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]]) -> Dict[str, Any]:
+def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]], tasks: Sequence[str]
+           ) -> Dict[str, Any]:
     """The counts, rejects (file and line) and metrics of every unit, in input order."""
     first = _unit_first_lines(files, units)
     totals: Dict[str, Any] = {"rows_in": 0, "rows_scored": 0, "rows_rejected": 0, "rejected_by_reason": {}}
@@ -202,9 +208,18 @@ def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]]) -
                     probs.append(arrays["probs"])
     totals["shards"] = shards
     if labels and sum(len(x) for x in labels):
-        y, p = np.concatenate(labels), np.concatenate(probs)
-        totals["metrics"] = {"rows": int(len(y)), "auc": auc(y, p), "logloss": logloss(y, p)}
+        totals["metrics"] = _metrics(np.concatenate(labels), np.concatenate(probs), tasks)
     return totals
+
+
+def _metrics(y: np.ndarray, p: np.ndarray, tasks: Sequence[str]) -> Dict[str, Any]:
+    """The first task's AUC and log loss over the labelled rows (``y``, ``p``: ``[rows, tasks]``) and,
+    for a multi-task model, every task's under ``tasks`` (each over impressions, as its column)."""
+    doc: Dict[str, Any] = {"rows": int(len(y)), "auc": auc(y[:, 0], p[:, 0]), "logloss": logloss(y[:, 0], p[:, 0])}
+    if len(tasks) > 1:
+        doc["tasks"] = {t: {"auc": auc(y[:, k], p[:, k]), "logloss": logloss(y[:, k], p[:, k])}
+                        for k, t in enumerate(tasks)}
+    return doc
 
 
 def score(args: ScoreArgs, runner: Optional[Runner] = None) -> Dict[str, Any]:
@@ -222,7 +237,7 @@ def score(args: ScoreArgs, runner: Optional[Runner] = None) -> Dict[str, Any]:
                      "family": manifest.get("model")},
            "feature_spec": spec.to_dict(), "inputs": files, "keep": list(_keep_names(args.keep)),
            "workers": args.workers, "units": len(units)}
-    doc.update(_merge(work, os.path.abspath(args.out), files, units))
+    doc.update(_merge(work, os.path.abspath(args.out), files, units, spec.task_labels))
     doc["seconds"] = round(time.monotonic() - started, 3)
     write_json(os.path.join(args.out, SCORES_FILE), doc, indent=1, sort_keys=True)
     shutil.rmtree(work, ignore_errors=True)

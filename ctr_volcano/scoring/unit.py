@@ -25,7 +25,8 @@ import numpy as np
 
 from ctr_model.atomic import write_json
 from ctr_model.feature_spec import FeatureSpec, spec_from_dict
-from ctr_model.onnx_inputs import OUTPUT, feeds, layout_of
+from ctr_model.onnx_inputs import feeds, layout_of
+from ctr_model.onnx_tasks import output_names
 from ctr_volcano.data.prep.generic import _clean, _transform, record_lines
 from ctr_volcano.errors import BadInput
 from ctr_volcano.scoring.reading import feature_columns, unit_batches
@@ -37,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 PLAN_FILE = "plan.json"
 MODEL_FILE = "model.onnx"
-PROBABILITY = OUTPUT
 #: The workers' one phase (prep's fan-out has three), in their argv and their error files' names.
 PHASE = "score"
 
@@ -68,7 +68,8 @@ def _session(path: str) -> Any:
 
 def _out_schema(spec: FeatureSpec, path: str, keep: Sequence[str]) -> Any:
     """The shard's schema: the kept columns (text from csv/tsv, as stored from Parquet), then
-    ``probability`` float64."""
+    ``probability`` float64 and, for a multi-task model, ``probability_<task>`` per later task (the
+    graph's outputs, :func:`ctr_model.onnx_tasks.output_names`)."""
     import pyarrow as pa
 
     if spec.format == "parquet":
@@ -78,11 +79,12 @@ def _out_schema(spec: FeatureSpec, path: str, keep: Sequence[str]) -> Any:
         fields = [stored.field(k) for k in keep]
     else:
         fields = [pa.field(k, pa.string()) for k in keep]
-    return pa.schema(fields + [pa.field(PROBABILITY, pa.float64())])
+    return pa.schema(fields + [pa.field(name, pa.float64()) for name in output_names(spec.task_labels)])
 
 
 class _Tally:
-    """A unit's counts, rejects (unit line numbers) and, with a label, the scored rows' labels."""
+    """A unit's counts, rejects (unit line numbers) and, with labels, the scored rows' labels and
+    probabilities (``[rows, tasks]`` each)."""
 
     def __init__(self) -> None:
         self.records = 0
@@ -107,13 +109,16 @@ def _score_batch(spec: FeatureSpec, session: Any, table: Any, with_label: bool, 
     if not keep.any():
         return None
     prepped, _ = _transform(spec, table, keep, raw, label)
-    probability = session.run([PROBABILITY], feeds(layout_of(spec), prepped))[0].astype(np.float64)
-    tally.scored += len(probability)
+    names = output_names(spec.task_labels)
+    outputs = [p.astype(np.float64) for p in session.run(names, feeds(layout_of(spec), prepped))]
+    tally.scored += len(outputs[0])
     if with_label:
-        tally.labels.append(label[keep, 0])   # the first task's label: the one probability scores
-        tally.probs.append(probability)
+        tally.labels.append(label[keep])                 # [rows, tasks], each task over impressions
+        tally.probs.append(np.stack(outputs, axis=1))
     kept = table.select(list(keep_cols)).filter(pa.array(keep))
-    return kept.append_column(PROBABILITY, pa.array(probability, pa.float64()))
+    for name, column in zip(names, outputs):
+        kept = kept.append_column(name, pa.array(column, pa.float64()))
+    return kept
 
 
 def score_unit(work: str, u: int) -> None:
@@ -125,7 +130,7 @@ def score_unit(work: str, u: int) -> None:
     spec, unit, keep_cols = spec_from_dict(plan["spec"]), plan["units"][u], plan["keep"]
     path = plan["files"][unit["file"]]
     with_label = bool(plan["has_label"][path])
-    columns = list(dict.fromkeys(feature_columns(spec) + ([spec.label] if with_label else []) + keep_cols))
+    columns = list(dict.fromkeys(feature_columns(spec) + (list(spec.task_labels) if with_label else []) + keep_cols))
     session, schema, tally = _session(os.path.join(work, MODEL_FILE)), _out_schema(spec, path, keep_cols), _Tally()
     target = os.path.join(plan["out"], shard_name(u))
     with pq.ParquetWriter(target + ".tmp", schema) as writer:
@@ -139,8 +144,9 @@ def score_unit(work: str, u: int) -> None:
                 writer.write_table(out.cast(schema))
     os.replace(target + ".tmp", target)
     if with_label:
-        np.savez(os.path.join(work, f"unit-{u:05d}.npz"), labels=np.concatenate(tally.labels or [np.zeros(0)]),
-                 probs=np.concatenate(tally.probs or [np.zeros(0)]))
+        empty = np.zeros((0, len(spec.task_labels)))
+        np.savez(os.path.join(work, f"unit-{u:05d}.npz"), labels=np.concatenate(tally.labels or [empty]),
+                 probs=np.concatenate(tally.probs or [empty]))
     write_json(os.path.join(work, side_name(u)),
                {"rows_in": tally.records + len(tally.skipped), "scored": tally.scored,
                 "rejects": sorted(tally.rejects, key=lambda r: r[0]), "with_label": with_label})

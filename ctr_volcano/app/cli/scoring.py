@@ -15,7 +15,8 @@ def register(subparsers) -> None:
         "score", help="score raw candidates with a trained model into Parquet shards (ids kept)",
         description="Score raw rows (the model's feature-spec format: files, directories, globs, gzip; the "
                     "label optional) with the same transforms and ONNX graph as `ctr-volcano serve`. Writes "
-                    "OUT/part-*.parquet (the --keep columns, then probability; input order), OUT/scores.json "
+                    "OUT/part-*.parquet (the --keep columns, then probability, and probability_<task> per later task "
+                    "of a multi-task model; input order), OUT/scores.json "
                     "(counts, rejects by reason, model sha256, spec, inputs; AUC/log loss when the input has "
                     "the label) and OUT/rejects.jsonl (file and line of every refused row).")
     p.add_argument("--model", required=True, metavar="DIR", help="model directory (has model_meta.json)")
