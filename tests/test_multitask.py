@@ -304,6 +304,7 @@ def _check_scoring(model_dir: str, raw, out) -> None:
     for k, task in enumerate(["click", "purchase"]):
         assert doc["tasks"][task]["auc"] == pytest.approx(auc(rows[task].to_numpy(), mine[:, k]), abs=1e-6)
     assert doc["auc"] == doc["tasks"]["click"]["auc"] and doc["rows"] == 4000
+    assert doc["tasks"]["purchase"]["after_click"]["rows"] == int(rows["click"].to_numpy().sum())   # CVR
 
 
 @pytest.mark.slow

@@ -24,8 +24,8 @@ import numpy as np
 
 from ctr_model.atomic import write_json
 from ctr_model.feature_spec import FeatureSpec
-from ctr_model.metrics import auc, logloss
 from ctr_model.onnx_tasks import output_names
+from ctr_model.task_metrics import task_scores
 from ctr_volcano.data.prep.inputs import resolve_inputs
 from ctr_volcano.errors import BadInput
 from ctr_volcano.scoring.reading import BLOCK_BYTES, block_lines, check_inputs, plan
@@ -182,7 +182,7 @@ def _unit_first_lines(files: List[str], units: List[Dict[str, Any]]) -> List[int
     return first
 
 
-def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]], tasks: Sequence[str]
+def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]], spec: FeatureSpec
            ) -> Dict[str, Any]:
     """The counts, rejects (file and line) and metrics of every unit, in input order."""
     first = _unit_first_lines(files, units)
@@ -208,17 +208,21 @@ def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]], t
                     probs.append(arrays["probs"])
     totals["shards"] = shards
     if labels and sum(len(x) for x in labels):
-        totals["metrics"] = _metrics(np.concatenate(labels), np.concatenate(probs), tasks)
+        totals["metrics"] = _metrics(np.concatenate(labels), np.concatenate(probs), spec)
     return totals
 
 
-def _metrics(y: np.ndarray, p: np.ndarray, tasks: Sequence[str]) -> Dict[str, Any]:
+def _metrics(y: np.ndarray, p: np.ndarray, spec: FeatureSpec) -> Dict[str, Any]:
     """The first task's AUC and log loss over the labelled rows (``y``, ``p``: ``[rows, tasks]``) and,
-    for a multi-task model, every task's under ``tasks`` (each over impressions, as its column)."""
-    doc: Dict[str, Any] = {"rows": int(len(y)), "auc": auc(y[:, 0], p[:, 0]), "logloss": logloss(y[:, 0], p[:, 0])}
-    if len(tasks) > 1:
-        doc["tasks"] = {t: {"auc": auc(y[:, k], p[:, k]), "logloss": logloss(y[:, k], p[:, k])}
-                        for k, t in enumerate(tasks)}
+    for a multi-task model, ``tasks``: the evaluation's per-task figures
+    (:func:`ctr_model.task_metrics.task_scores`: each over impressions, as its column, and a dependent
+    task's ``after_<parent>``)."""
+    names = list(spec.task_labels)
+    tasks = task_scores(names, spec.parents, y, p)
+    first = tasks[names[0]]
+    doc: Dict[str, Any] = {"rows": first["rows"], "auc": first["auc"], "logloss": first["logloss"]}
+    if len(names) > 1:
+        doc["tasks"] = tasks
     return doc
 
 
@@ -237,7 +241,7 @@ def score(args: ScoreArgs, runner: Optional[Runner] = None) -> Dict[str, Any]:
                      "family": manifest.get("model")},
            "feature_spec": spec.to_dict(), "inputs": files, "keep": list(_keep_names(args.keep)),
            "workers": args.workers, "units": len(units)}
-    doc.update(_merge(work, os.path.abspath(args.out), files, units, spec.task_labels))
+    doc.update(_merge(work, os.path.abspath(args.out), files, units, spec))
     doc["seconds"] = round(time.monotonic() - started, 3)
     write_json(os.path.join(args.out, SCORES_FILE), doc, indent=1, sort_keys=True)
     shutil.rmtree(work, ignore_errors=True)
