@@ -77,6 +77,23 @@ def test_the_gang_placed_in_the_room_is_found_by_nomination_binding_or_event():
         "ml/ctr-a (queue prod)", "ml/ctr-b (queue prod)", "ml/ctr-e")
 
 
+def test_times_as_the_kubernetes_client_writes_them_are_read_too():
+    """The launcher's pods and events come from the Kubernetes client's objects turned into dicts,
+    whose times read ``2026-12-05T09:10:00+00:00``, not the API server's ``...Z``: with those, a gang
+    bound in the room (its nominated node cleared) and a pipelining event are found as with ``Z``.
+    (Reading only ``Z`` lost both: the cluster tier's preemption test then named no preemptor.)"""
+    def client_form(text):
+        return text.replace("Z", "+00:00")
+    victim = _victim()
+    victim["status"]["conditions"][0]["lastTransitionTime"] = client_form(AT)
+    failure = failure_of(JOB, victim, 0, "")
+    pods = [_pod("ctr-b-pserver-0", "ctr-b", "prod", node="n-1", scheduled=client_form(_at(3))),
+            _pod("ctr-c-pserver-0", "ctr-c", "prod", node="n-1", scheduled=client_form(_at(-600)))]
+    events = [_event("FailedScheduling", ASSIGNABLE.format("ctr-e-trainer-1", "n-1"), "ctr-e-trainer-1",
+                     client_form(_at(1)) + ".123456")]
+    assert preemptors(failure, JOB, NS, pods, events) == ("ml/ctr-b (queue prod)", "ml/ctr-e")
+
+
 def test_the_room_is_every_node_the_gang_was_evicted_from():
     """The gang placed may fit on the node of another evicted pod of the gang, not on this one's."""
     failure = failure_of(JOB, _victim(), 0, "")

@@ -41,15 +41,18 @@ _ASSIGNABLE = re.compile(r"can possibly be assigned to ([^,\s]+),? once resource
 _JOB_LABEL, _QUEUE_LABEL = "volcano.sh/job-name", "volcano.sh/queue-name"
 
 
-def _ts(text: Optional[str]) -> Optional[float]:
-    """An RFC 3339 time as seconds since the epoch (None when absent or unreadable)."""
+def _ts(text: Any) -> Optional[float]:
+    """An RFC 3339 time as seconds since the epoch (None when absent or unreadable): ``...Z`` as the
+    API server writes it, and ``...+00:00`` as the Kubernetes client's objects turned into dicts
+    write it (both came here: reading only the first left every time unreadable, so a preemptor
+    was found only while its pods still had a nominated node)."""
     if not text:
         return None
     try:
-        main = str(text).rstrip("Z").split(".")[0]
-        return datetime.strptime(main, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        parsed = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _event_time(ev: Mapping[str, Any]) -> Optional[float]:
