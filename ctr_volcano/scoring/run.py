@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
@@ -29,6 +29,7 @@ from ctr_model.task_metrics import task_scores
 from ctr_volcano.data.prep.inputs import resolve_inputs
 from ctr_volcano.errors import BadInput
 from ctr_volcano.scoring.reading import BLOCK_BYTES, block_lines, check_inputs, plan
+from ctr_volcano.scoring.staging import STAGE_DIR, stage_inputs
 from ctr_volcano.scoring.unit import MODEL_FILE, PLAN_FILE, error_name, score_share, shard_name, side_name
 
 __all__ = ["ScoreArgs", "Runner", "LocalRunner", "ScoringFailed", "SCORES_FILE", "REJECTS_FILE", "WORK_DIR",
@@ -51,7 +52,8 @@ class ScoreArgs:
 
     Attributes:
         model: the model directory (``model_meta.json``; its ``model.onnx`` when exported).
-        inputs: files, globs or directories in the model's spec format (plain or gzip).
+        inputs: files, globs or directories in the model's spec format (plain or gzip), or
+            ``s3://`` objects and prefixes (:mod:`.staging`).
         out: the output directory (shards, ``scores.json``, ``rejects.jsonl``).
         keep: input columns copied into every shard beside ``probability``, in this order.
         workers: local processes over the units (1: this process).
@@ -124,13 +126,7 @@ def check_args(args: ScoreArgs) -> Tuple[FeatureSpec, Dict[str, Any], bytes, Lis
     from ctr_model.onnx_export import servable
     from ctr_volcano.serving.raw import request_spec
 
-    if not isinstance(args.workers, int) or isinstance(args.workers, bool) or not 1 <= args.workers <= 256:
-        raise BadInput("--workers", args.workers, "give a whole number of worker processes from 1 to 256")
-    if os.path.isfile(args.out):
-        raise BadInput("--out", args.out, "is a file: give a directory for the shards and scores.json")
-    if not os.path.isfile(os.path.join(args.model, "model_meta.json")):
-        raise BadInput("--model", args.model, "not a model directory (no model_meta.json): give the directory "
-                                              "`ctr-volcano train` exported (or its copy from the registry)")
+    _check_flags(args)
     keep = _keep_names(args.keep)
     files = resolve_inputs(list(args.inputs))
     manifest, graph, where = servable(args.model)
@@ -141,6 +137,17 @@ def check_args(args: ScoreArgs) -> Tuple[FeatureSpec, Dict[str, Any], bytes, Lis
                                            "under another name")
     logger.info("model %s (%s), %s", args.model, manifest.get("model"), where)
     return spec, manifest, graph, files, check_inputs(spec, files, keep)
+
+
+def _check_flags(args: ScoreArgs) -> None:
+    """The flags that need no input read: workers, the output directory, the model directory."""
+    if not isinstance(args.workers, int) or isinstance(args.workers, bool) or not 1 <= args.workers <= 256:
+        raise BadInput("--workers", args.workers, "give a whole number of worker processes from 1 to 256")
+    if os.path.isfile(args.out):
+        raise BadInput("--out", args.out, "is a file: give a directory for the shards and scores.json")
+    if not os.path.isfile(os.path.join(args.model, "model_meta.json")):
+        raise BadInput("--model", args.model, "not a model directory (no model_meta.json): give the directory "
+                                              "`ctr-volcano train` exported (or its copy from the registry)")
 
 
 def _prepare(args: ScoreArgs, spec: FeatureSpec, graph: bytes, files: List[str], has_label: Dict[str, bool],
@@ -182,9 +189,10 @@ def _unit_first_lines(files: List[str], units: List[Dict[str, Any]]) -> List[int
     return first
 
 
-def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]], spec: FeatureSpec
-           ) -> Dict[str, Any]:
-    """The counts, rejects (file and line) and metrics of every unit, in input order."""
+def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]], spec: FeatureSpec,
+           names: List[str]) -> Dict[str, Any]:
+    """The counts, rejects (file and line) and metrics of every unit, in input order; ``names``: each
+    file as the rejects and shards name it (a downloaded file: its URI)."""
     first = _unit_first_lines(files, units)
     totals: Dict[str, Any] = {"rows_in": 0, "rows_scored": 0, "rows_rejected": 0, "rejected_by_reason": {}}
     shards, labels, probs = [], [], []
@@ -192,7 +200,7 @@ def _merge(work: str, out: str, files: List[str], units: List[Dict[str, Any]], s
         for u, unit in enumerate(units):
             with open(os.path.join(work, side_name(u)), encoding="utf-8") as fh:
                 side = json.load(fh)
-            path = files[unit["file"]]
+            path = names[unit["file"]]
             for line, reason, detail in side["rejects"]:
                 rejects.write(json.dumps({"file": path, "line": first[u] - 1 + line, "reason": reason,
                                           "detail": detail}) + "\n")
@@ -233,15 +241,26 @@ def score(args: ScoreArgs, runner: Optional[Runner] = None) -> Dict[str, Any]:
         BadInput: a bad argument or input file, before any row is scored.
     """
     started = time.monotonic()
+    _check_flags(args)
+    stage = os.path.join(os.path.abspath(args.out), STAGE_DIR)
+    try:
+        inputs, origin = stage_inputs(args.inputs, stage)
+        return _score(replace(args, inputs=tuple(inputs)), runner, origin, started)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _score(args: ScoreArgs, runner: Optional[Runner], origin: Dict[str, str], started: float) -> Dict[str, Any]:
     spec, manifest, graph, files, has_label = check_args(args)
+    names = [origin.get(f, f) for f in files]
     runner = runner or LocalRunner()
     work, units = _prepare(args, spec, graph, files, has_label, shared=bool(getattr(runner, "shared_dirs", False)))
     runner.run(work, min(args.workers, max(1, len(units))))
     doc = {"model": {"dir": os.path.abspath(args.model), "sha256": hashlib.sha256(graph).hexdigest(),
                      "family": manifest.get("model")},
-           "feature_spec": spec.to_dict(), "inputs": files, "keep": list(_keep_names(args.keep)),
+           "feature_spec": spec.to_dict(), "inputs": names, "keep": list(_keep_names(args.keep)),
            "workers": args.workers, "units": len(units)}
-    doc.update(_merge(work, os.path.abspath(args.out), files, units, spec))
+    doc.update(_merge(work, os.path.abspath(args.out), files, units, spec, names))
     doc["seconds"] = round(time.monotonic() - started, 3)
     write_json(os.path.join(args.out, SCORES_FILE), doc, indent=1, sort_keys=True)
     shutil.rmtree(work, ignore_errors=True)

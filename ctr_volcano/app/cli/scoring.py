@@ -13,7 +13,7 @@ _log = logging.getLogger(__name__)
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "score", help="score raw candidates with a trained model into Parquet shards (ids kept)",
-        description="Score raw rows (the model's feature-spec format: files, directories, globs, gzip; the "
+        description="Score raw rows (the model's feature-spec format: files, directories, globs, gzip, s3://; the "
                     "label optional) with the same transforms and ONNX graph as `ctr-volcano serve`. Writes "
                     "OUT/part-*.parquet (the --keep columns, then probability, and probability_<task> per later task "
                     "of a multi-task model; input order), OUT/scores.json "
@@ -21,7 +21,8 @@ def register(subparsers) -> None:
                     "the label) and OUT/rejects.jsonl (file and line of every refused row).")
     p.add_argument("--model", required=True, metavar="DIR", help="model directory (has model_meta.json)")
     p.add_argument("--input", required=True, nargs="+", metavar="PATH",
-                   help="files, globs or directories of raw rows (plain or .gz; Parquet for a parquet spec)")
+                   help="files, globs or directories of raw rows (plain or .gz; Parquet for a parquet spec), or s3:// "
+                        "objects and prefixes (the store of CTR_S3_ENDPOINT and the AWS keys, as training reads)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--keep", default="", metavar="COL,...", help="input columns copied into the output (e.g. id)")
     p.add_argument("--workers", default="1", metavar="N", help="local worker processes (default 1)")
