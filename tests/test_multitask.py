@@ -6,6 +6,7 @@ has one output per task equal to the numpy scorer's."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -185,6 +186,47 @@ def test_gen_data_plants_a_conversion_after_a_click_with_its_own_signal(ali_ccp_
     assert oracle["tasks"]["click"]["auc"] == oracle["auc"]
 
 
+def test_the_oracle_on_the_very_test_split_replays_prep_s_split_of_the_planted_rows(ali_ccp_like, tmp_path):
+    """gen-data keeps every row's labels and true probabilities in input order (planted.npz: the files'
+    labels, row for row); split_oracle scores them on the rows prep put in the test split, for a
+    reading split on the click and one split on the purchase, and refuses a prep of other rows."""
+    import pyarrow.csv as pacsv
+
+    from ctr_volcano.app.cli.main import main
+    from ctr_volcano.data.synthetic_spec import PLANTED_FILE, split_oracle
+
+    raw = ali_ccp_like / "raw"
+    files = [pacsv.read_csv(raw / f"part-0000{k}.csv").to_pydict() for k in (0, 1)]
+    with np.load(raw / PLANTED_FILE) as planted:
+        labels, p = planted["labels"], planted["p"]
+    assert labels.tolist() == [[c, b] for f in files for c, b in zip(f["click"], f["purchase"])]
+    assert np.all(p[:, 1] <= p[:, 0]) and labels.shape == p.shape == (4000, 2)
+
+    stats = json.loads((ali_ccp_like / "prep" / "stats.json").read_text())
+    doc = split_oracle(str(raw), str(ali_ccp_like / "prep"))
+    assert doc["rows"] == stats["rows_test"] and doc["label"] == "click" and set(doc["tasks"]) == {"click", "purchase"}
+    assert doc["auc"] == doc["tasks"]["click"]["auc"] and abs(doc["auc"] - json.loads(
+        (raw / "oracle.json").read_text())["auc"]) < 0.05                    # 800 rows against 20,000
+    assert doc["positive_rate"] == pytest.approx(stats["positive_rate_test"], abs=1e-6)
+
+    spec = tmp_path / "purchase.json"
+    spec.write_text(json.dumps({**SPEC, "labels": None, "depends_on": None, "label": "purchase",
+                                "ignore": ["click"]}))
+    spec.write_text(json.dumps({k: v for k, v in json.loads(spec.read_text()).items() if v is not None}))
+    assert main(["prep", "--feature-spec", str(spec), "--input", str(raw), "--out", str(tmp_path / "p"),
+                 "--shards", "2", "--test-shards", "1", "--test-fraction", "0.2"]) == 0
+    by_purchase = split_oracle(str(raw), str(tmp_path / "p"))
+    assert by_purchase["label"] == "purchase" and by_purchase["auc"] == by_purchase["tasks"]["purchase"]["auc"]
+    test_rate = json.loads((tmp_path / "p" / "stats.json").read_text())["positive_rate_test"]
+    assert by_purchase["positive_rate"] == pytest.approx(test_rate, abs=1e-6)
+
+    other = tmp_path / "other"
+    assert main(["gen-data", "--feature-spec", str(ali_ccp_like / "spec.json"), "--rows", "4000", "--seed", "4",
+                 "--out", str(other), "--oracle-rows", "2000"]) == 0
+    with pytest.raises(ValueError, match="not the replayed split"):
+        split_oracle(str(other), str(ali_ccp_like / "prep"))
+
+
 def test_prep_keeps_both_labels_and_rejects_a_conversion_without_a_click(tmp_path, capsys):
     import pyarrow.parquet as pq
 
@@ -269,8 +311,11 @@ def _check_onnx(model_dir: str, scorer, test) -> None:
     outs = session.run(None, feeds(layout_of(scorer.features), table))
     mine = scorer.predict_tasks(table)
     assert mine.shape == (table.num_rows, 2) and np.all(mine[:, 1] <= mine[:, 0])   # pCTCVR <= pCTR
-    for k, out in enumerate(outs):
-        assert np.abs(out - mine[:, k]).max() <= 1e-6
+    diffs = [float(np.abs(out - mine[:, k]).max()) for k, out in enumerate(outs)]
+    logging.getLogger(__name__).info("ONNX %s: %d rows, max abs diff per task %s, %.2f MB", scorer.config.model,
+                                     table.num_rows, ", ".join(f"{d:.2e}" for d in diffs),
+                                     os.path.getsize(os.path.join(model_dir, "model.onnx")) / 1e6)
+    assert max(diffs) <= 1e-6
 
 
 def _check_scoring(model_dir: str, raw, out) -> None:

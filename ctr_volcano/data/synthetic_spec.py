@@ -46,13 +46,17 @@ import numpy as np
 from ctr_model import metrics
 from ctr_model.atomic import write_json
 from ctr_model.checks import is_int
-from ctr_model.feature_spec import FeatureSpec
+from ctr_model.feature_spec import FeatureSpec, spec_from_dict
 from ctr_model.spec_attention import ATTENTION
 from ctr_volcano.errors import BadInput
 
-__all__ = ["generate_spec", "VOCAB", "ORACLE_FILE", "CROSS_WEIGHT"]
+__all__ = ["generate_spec", "split_oracle", "VOCAB", "ORACLE_FILE", "PLANTED_FILE", "CROSS_WEIGHT"]
 
 ORACLE_FILE = "oracle.json"
+#: Every generated row's labels and true probabilities, in input order (``labels``, ``p``: each
+#: task's over impressions, ``q``: each task's conditional one): what :func:`split_oracle` scores on
+#: the very test split prep makes of the files.
+PLANTED_FILE = "planted.npz"
 #: Ids per categorical feature.
 VOCAB = 300
 _SPREAD = 1.6     # standard deviation of the planted log-odds
@@ -216,18 +220,24 @@ class _Tasks:
 
     def oracle(self, labels: np.ndarray, p: np.ndarray, q: np.ndarray) -> Dict[str, Any]:
         """Per task: AUC and logloss of the true probabilities (see the module docstring)."""
-        names = self.spec.task_labels
-        out: Dict[str, Dict[str, Any]] = {}
-        for t, name in enumerate(names):
-            out[name] = {"auc": round(metrics.auc(labels[:, t], p[:, t]), 6),
-                         "logloss": round(metrics.logloss(labels[:, t], p[:, t]), 6),
-                         "positive_rate": round(float(labels[:, t].mean()), 6)}
-            if name in self.parents:
-                parent = self.parents[name]
-                seen = labels[:, names.index(parent)] == 1
-                out[name][f"after_{parent}"] = {"auc": round(metrics.auc(labels[seen, t], q[seen, t]), 6),
-                                                "rows": int(seen.sum())}
-        return out
+        return _task_oracle(self.spec, labels, p, q)
+
+
+def _task_oracle(spec: FeatureSpec, labels: np.ndarray, p: np.ndarray, q: np.ndarray) -> Dict[str, Any]:
+    """Per task of ``spec``: AUC, logloss and positive rate of the true impression probabilities
+    ``p``, and for a dependent task the AUC of its conditional ones ``q`` over its parent's 1s."""
+    names = spec.task_labels
+    out: Dict[str, Dict[str, Any]] = {}
+    for t, name in enumerate(names):
+        out[name] = {"auc": round(metrics.auc(labels[:, t], p[:, t]), 6),
+                     "logloss": round(metrics.logloss(labels[:, t], p[:, t]), 6),
+                     "positive_rate": round(float(labels[:, t].mean()), 6)}
+        if name in spec.parents:
+            parent = spec.parents[name]
+            seen = labels[:, names.index(parent)] == 1
+            out[name][f"after_{parent}"] = {"auc": round(metrics.auc(labels[seen, t], q[seen, t]), 6),
+                                            "rows": int(seen.sum())}
+    return out
 
 
 def _text_table(spec: FeatureSpec, raw: Dict[str, Any], labels: np.ndarray) -> Dict[str, List[str]]:
@@ -296,17 +306,21 @@ def generate_spec(out_dir: str, spec: FeatureSpec, rows: int, seed: int = 0, fil
     os.makedirs(out_dir, exist_ok=True)
     ext = {"csv": "csv", "tsv": "tsv", "parquet": "parquet"}[spec.format]
     rng = np.random.default_rng([seed, 2])
-    names = []
+    names: List[str] = []
+    planted: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for k, n in enumerate(np.diff(np.linspace(0, rows, files + 1).astype(np.int64))):
         raw, logit = _draw(spec, model, rng, int(n))
         click, p_click = _labels(logit, rng, scale, bias)
-        labels = tasks.draw(raw, click, p_click, rng)[0]
+        planted.append(tasks.draw(raw, click, p_click, rng))
+        labels = planted[-1][0]
         path = os.path.join(out_dir, f"part-{k:05d}.{ext}")
         if spec.format == "parquet":
             _write_parquet(spec, raw, labels, path)
         else:
             _write_text(spec, _text_table(spec, raw, labels), path)
         names.append(os.path.basename(path))
+    np.savez(os.path.join(out_dir, PLANTED_FILE), labels=np.concatenate([part[0] for part in planted]),
+             p=np.concatenate([part[1] for part in planted]), q=np.concatenate([part[2] for part in planted]))
     fresh = np.random.default_rng([seed, 3])
     fresh_raw, logit = _draw(spec, model, fresh, int(oracle_rows))
     labels, p = _labels(logit, fresh, scale, bias)
@@ -315,8 +329,56 @@ def generate_spec(out_dir: str, spec: FeatureSpec, rows: int, seed: int = 0, fil
               "positive_rate": round(float(labels.mean()), 6), "oracle_sample_rows": int(oracle_rows),
               "rows": int(rows), "seed": int(seed), "files": names, "feature_spec": spec.to_dict(),
               "note": "AUC/logloss of the true click probabilities on a fresh sample: the best any "
-                      "learner can do on this data"}
+                      "learner can do on this data; planted.npz holds every generated row's, for the "
+                      "oracle on the very test split (split_oracle)"}
     if len(spec.task_labels) > 1:
         oracle["tasks"] = tasks.oracle(all_labels, all_p, all_q)
     write_json(os.path.join(out_dir, ORACLE_FILE), oracle, sort_keys=True)
     return json.loads(json.dumps(oracle))
+
+
+def split_oracle(raw_dir: str, prep_dir: str) -> Dict[str, Any]:
+    """The planted probabilities' AUC and log loss on the very test split ``prep_dir`` holds of the
+    files generated into ``raw_dir``, shaped as ``oracle.json``: a model's gap to it carries no second
+    sample's noise. Prep's stratified split is replayed on the planted labels in input order, by the
+    label prep split on (the prep spec's first: a reading of the log may take another label than the
+    generator's first); ``auc``/``logloss`` are that label's, ``tasks`` every generated task's on the
+    same rows (a dependent task's also over its parent's test positives).
+
+    Raises:
+        ValueError: the prep output is not of these files as generated (rows, rejected rows, or a
+            test split of other labels: each combination of the labels counted): the replayed split
+            would not be prep's.
+    """
+    import pyarrow.parquet as pq
+
+    from ctr_volcano.data.prep.split import StratifiedSplit
+
+    with np.load(os.path.join(raw_dir, PLANTED_FILE)) as planted:
+        labels, p, q = planted["labels"], planted["p"], planted["q"]
+    with open(os.path.join(raw_dir, ORACLE_FILE), encoding="utf-8") as fh:
+        generated = spec_from_dict(json.load(fh)["feature_spec"])
+    with open(os.path.join(prep_dir, "stats.json"), encoding="utf-8") as fh:
+        stats = json.load(fh)
+    if stats["rows_in"] != len(labels) or stats["rows_rejected"]:
+        raise ValueError(f"{prep_dir}: {stats['rows_in']} rows in, {stats['rows_rejected']} rejected; "
+                         f"{raw_dir} generated {len(labels)}")
+    kept = list(spec_from_dict(stats["feature_spec"]).task_labels)        # the labels the reading keeps
+    label, columns = kept[0], [list(generated.task_labels).index(k) for k in kept]
+    column = columns[0]
+    test = StratifiedSplit(stats["config"]["seed"], stats["config"]["test_fraction"]).is_test(labels[:, column])
+    split_dir = os.path.join(prep_dir, "test")
+    seen = np.concatenate([np.stack([c.to_numpy() for c in pq.read_table(os.path.join(split_dir, f), columns=kept)
+                                     .columns], axis=1)
+                           for f in sorted(os.listdir(split_dir)) if f.endswith(".parquet")])
+    # the shards hold slices of each block, so compare what does not depend on the order: each
+    # combination of the labels, counted
+    combos = [np.unique(x, axis=0, return_counts=True) for x in (seen, labels[test][:, columns])]
+    if len(seen) != int(test.sum()) or any(not np.array_equal(a, b) for a, b in zip(*combos)):
+        raise ValueError(f"{prep_dir}: its test split's labels are not the replayed split's")
+    tasks = _task_oracle(generated, labels[test], p[test], q[test])
+    doc: Dict[str, Any] = {**{k: tasks[label][k] for k in ("auc", "logloss", "positive_rate")},
+                           "rows": int(test.sum()), "label": label}
+    if len(generated.task_labels) > 1:
+        doc["tasks"] = tasks
+    return doc
