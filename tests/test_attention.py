@@ -61,8 +61,8 @@ def test_bad_attention_specs_are_refused_in_one_line_before_prep_reads(tmp_path,
 def test_the_spec_round_trips_and_older_documents_stay_the_same():
     spec = spec_from_dict(SPEC)
     assert spec_from_dict(spec.to_dict()) == spec
-    assert spec.categorical[2].attention_units == (32,)
-    assert spec.to_dict()["categorical"][2]["attention_units"] == [32]
+    assert spec.categorical[2].attention_units == (80, 40)
+    assert spec.to_dict()["categorical"][2]["attention_units"] == [80, 40]
     assert "query" not in spec.to_dict()["categorical"][0] and "attention_units" not in spec.to_dict()["categorical"][1]
 
 
@@ -158,8 +158,8 @@ def _check_export(model_dir: str, prep: str, tasks: int) -> None:
     from ctr_model.onnx_inputs import feeds, layout_of
 
     scorer = load_model(model_dir)
-    assert [n for n in scorer.params if n.startswith("att2.")] == ["att2.fc0.w", "att2.fc0.b", "att2.out.w",
-                                                                    "att2.out.b"]
+    assert [n for n in scorer.params if n.startswith("att2.")] == ["att2.fc0.w", "att2.fc0.b", "att2.fc1.w",
+                                                                    "att2.fc1.b", "att2.out.w", "att2.out.b"]
     table = pq.read_table(_test_files(prep)[0])
     session = ort.InferenceSession(os.path.join(model_dir, "model.onnx"))
     outs = session.run(None, feeds(layout_of(scorer.features), table))
