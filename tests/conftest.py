@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import prebuild
+
 # The real S3 server (SeaweedFS) fixtures: s3_server, s3_bucket; the real KFP API server: kfp_server.
 pytest_plugins = ["tests.s3store", "tests.cluster.kfp_fixtures"]
 
@@ -20,6 +22,27 @@ _BIN = str(Path(sys.executable).parent)
 if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 SAMPLE_DIR = REPO / "data" / "sample"
+
+
+# The Go-built servers build in the background while the tests that need none run (tests/prebuild.py).
+def pytest_collection_modifyitems(config, items):
+    prebuild.BUILDS.order(items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    if not session.config.option.collectonly:
+        prebuild.BUILDS.start()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    prebuild.BUILDS.wait_for(item)         # before the test's timeout starts counting
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    prebuild.BUILDS.stop()
 
 
 @pytest.fixture(scope="session")

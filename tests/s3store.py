@@ -1,9 +1,9 @@
 """Pytest plugin: a real S3 server (SeaweedFS ``weed``, built from its Go module) for the tests.
 
-Loaded from ``tests/conftest.py``. ``weed`` is built (or found in the cache) once, before the first
-test, and only when a selected test uses :func:`s3_server` (directly or through :func:`s3_bucket`),
-so a cold build (minutes) is neither counted against the per-test timeout nor paid by runs that do
-not need it. The server runs on 127.0.0.1 for the session; each test gets its own bucket.
+Loaded from ``tests/conftest.py``. ``weed`` is built (or found in the cache) once, in the background
+while the tests that need no build run (:mod:`tests.prebuild`), and only when a selected test uses
+:func:`s3_server` (directly or through :func:`s3_bucket`), so a cold build (minutes) is neither
+counted against the per-test timeout nor paid by runs that do not need it. The server runs on 127.0.0.1 for the session; each test gets its own bucket.
 
 Skipped only when the ``go`` tool is missing altogether; a failed build fails the tests.
 """
@@ -25,8 +25,6 @@ import s3server  # noqa: E402  (tools/s3server is not a package)
 
 __all__ = ["s3_server", "s3_bucket", "store_env", "store_client"]
 
-_BUILD = Prebuild("s3server", "SeaweedFS",
-                  "the S3 tests need the 'go' tool (Go >= 1.26.6) to build SeaweedFS")
 _buckets = itertools.count()
 
 
@@ -34,10 +32,14 @@ def _needs_s3(item) -> bool:
     return bool({"s3_server", "s3_bucket", "store_env", "store_client"} & set(getattr(item, "fixturenames", ())))
 
 
+_BUILD = Prebuild("s3server", "SeaweedFS", "the S3 tests need the 'go' tool (Go >= 1.26.6) to build SeaweedFS",
+                  rank=1, needs=_needs_s3)
+
+
 def pytest_collection_finish(session):
     if any(_needs_s3(i) for i in session.items):
         _BUILD.build(session, "preparing SeaweedFS's weed (tools/s3server/build.sh)", "weed ready",
-                     lambda: s3server.build_weed(stream=sys.stderr), (s3server.S3ServerError,))
+                     lambda stream: s3server.build_weed(stream=stream), (s3server.S3ServerError,))
 
 
 @pytest.fixture(scope="session")

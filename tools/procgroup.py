@@ -13,13 +13,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, List, Mapping, Optional, Type
+from typing import IO, List, Mapping, Optional, Set, Type
 
-__all__ = ["TAIL_LINES", "build_dir", "run_build_script", "kill_group"]
+__all__ = ["TAIL_LINES", "build_dir", "run_build_script", "kill_group", "stop_builds"]
 
 REPO = Path(__file__).resolve().parents[1]
 #: How many of a failed build's last output lines its error carries.
 TAIL_LINES = 40
+#: The build scripts running now, for :func:`stop_builds`.
+_RUNNING: Set[subprocess.Popen] = set()
 
 
 def build_dir(script: Path) -> Path:
@@ -47,6 +49,7 @@ def run_build_script(script: Path, error: Type[Exception], stream: Optional[IO[s
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     tail: List[str] = []
     assert proc.stdout is not None
+    _RUNNING.add(proc)
     try:
         for line in proc.stdout:
             tail = (tail + [line.rstrip()])[-TAIL_LINES:]
@@ -55,12 +58,22 @@ def run_build_script(script: Path, error: Type[Exception], stream: Optional[IO[s
     except BaseException:
         kill_group(proc, grace=grace)
         raise
+    finally:
+        _RUNNING.discard(proc)
     if rc != 0:
         raise error("%s failed (exit %d) after %.0fs:\n%s"
                     % (shown, rc, time.monotonic() - started, "\n".join(tail)))
     if not tail:
         raise error(f"{shown} printed no output directory")
     return Path(tail[-1].strip())
+
+
+def stop_builds(grace: float = 5.0) -> None:
+    """Stop every build script :func:`run_build_script` is running (from another thread: a test
+    session ending while a build it started in the background still runs); that call then raises
+    its error for the killed script."""
+    for proc in list(_RUNNING):
+        kill_group(proc, grace=grace)
 
 
 def kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:

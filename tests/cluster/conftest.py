@@ -1,10 +1,10 @@
 """Fixtures of the cluster tier: one real control plane per session, one namespace per test.
 
-The session fixture builds the pinned binaries on first use (``tools/minicluster/build.sh``; a cold
-build takes tens of minutes and prints its progress) and the project's three images from
-``dockerfiles/*`` (``tools/images/imagebuild.py``; minutes cold), starts etcd, kube-apiserver,
-kube-controller-manager, vc-scheduler, vc-controller-manager and kwok on 127.0.0.1, and stops them
-all at the end (the teardown asserts no process is left). Each test gets a fresh namespace and its
+The pinned binaries (``tools/minicluster/build.sh``; a cold build takes tens of minutes) and the
+project's three images from ``dockerfiles/*`` (``tools/images/imagebuild.py``; minutes cold) are
+built in the background while the tests that need no build run (:mod:`tests.prebuild`); the
+session fixture starts etcd, kube-apiserver, kube-controller-manager, vc-scheduler,
+vc-controller-manager and kwok on 127.0.0.1, and stops them all at the end (the teardown asserts no process is left). Each test gets a fresh namespace and its
 own kwok nodes, labelled with the namespace, so tests that size the cluster (gang, stuck gang) do
 not see each other's nodes when they pin their pods with a node selector.
 
@@ -42,47 +42,41 @@ _counter = itertools.count()
 
 
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
     for item in items:
-        if Path(str(item.fspath)).is_relative_to(here):
+        if _in_tier(item):
             item.add_marker(pytest.mark.cluster)
 
 
+def _in_tier(item) -> bool:
+    return Path(str(item.fspath)).is_relative_to(Path(__file__).parent)
+
+
 _BUILD = Prebuild("minicluster", "the mini cluster",
-                  "the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries")
-
-
-class _ImagesPrebuild(Prebuild):
-    """The images' build: skipped, saying why, where they cannot be built (the cluster still runs)."""
-
-    def build(self, session, preparing, ready, build, errors) -> None:
-        reason = imagebuild.missing_tools()
-        if reason is not None:
-            self.skip = f"the process nodes run pods from the project's images, which cannot be built here: {reason}"
-            return
-        super().build(session, preparing, ready, build, errors)
-
-
-_IMAGES = _ImagesPrebuild("images", "the project's images (dockerfiles/*)", _BUILD.no_go)
+                  "the cluster tier needs the 'go' tool (Go >= 1.25) to build its binaries", rank=2, needs=_in_tier)
+_IMAGES = Prebuild("images", "the project's images (dockerfiles/*)", _BUILD.no_go, rank=3, needs=_in_tier)
 
 
 def pytest_collection_finish(session):
-    """Build the binaries and the images once, before the first test, when cluster tests are selected.
+    """Queue the binaries' and the images' builds when cluster tests are selected (they run in the
+    background while the tests that need no build run: :mod:`tests.prebuild`).
 
-    Done here rather than in a fixture so a cold build (tens of minutes) is not counted against
-    the per-test timeout, and its progress is printed live (output capture suspended).
+    Not in a fixture, so a cold build (tens of minutes) is not counted against the per-test
+    timeout; the images' build is skipped, saying why, where they cannot be built (the cluster
+    still runs).
     """
-    here = Path(__file__).parent
-    if any(Path(str(i.fspath)).is_relative_to(here) for i in session.items):
+    if any(_in_tier(i) for i in session.items):
         _BUILD.build(session, "preparing the cluster tier's binaries (tools/minicluster/build.sh)",
-                     "binaries ready", mc.build_binaries, (mc.ClusterError,))
+                     "binaries ready", lambda stream: mc.build_binaries(stream), (mc.ClusterError,))
+        reason = imagebuild.missing_tools()
         _IMAGES.build(session, "building the project's images (tools/images/imagebuild.py)", "images ready",
-                      lambda: imagebuild.build(stream=sys.stderr), (imagebuild.ImageBuildError,))
+                      lambda stream: imagebuild.build(stream=stream), (imagebuild.ImageBuildError,),
+                      reason=None if reason is None else
+                      f"the process nodes run pods from the project's images, which cannot be built here: {reason}")
 
 
 @pytest.fixture(scope="session")
 def minicluster_bin() -> Path:
-    """Directory of the pinned binaries (built in ``pytest_collection_finish``)."""
+    """Directory of the pinned binaries (built in the background: :mod:`tests.prebuild`)."""
     return Path(str(_BUILD.result(_build_now)))
 
 

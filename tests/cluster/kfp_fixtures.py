@@ -1,8 +1,9 @@
 """Pytest plugin: the real KFP API server (2.14.3, built from its Go module) on the mini cluster.
 
-Loaded from ``tests/conftest.py``. The server is built (or found in the cache) once, before the
-first test, and only when a selected test uses :func:`kfp_server`, so its cold build (minutes) is
-neither counted against the per-test timeout nor paid by runs that do not need it. For the session
+Loaded from ``tests/conftest.py``. The server is built (or found in the cache) once, in the
+background while the tests that need no build run (:mod:`tests.prebuild`), and only when a selected
+test uses :func:`kfp_server`, so its cold build (minutes) is neither counted against the per-test
+timeout nor paid by runs that do not need it. For the session
 it runs beside MariaDB (Debian's ``mariadbd``) and the SeaweedFS S3 server of ``tests/s3store.py``,
 against the session's mini cluster; everything listens on 127.0.0.1 (the server's gRPC port on
 every interface, see ``tools/kfpserver/kfpserver.py``) and is stopped by PID at the end.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -26,8 +28,12 @@ import kfpserver  # noqa: E402  (tools/kfpserver is not a package)
 
 __all__ = ["kfp_server"]
 
+def _needs_kfp(item) -> bool:
+    return bool({"kfp_server", "kfp_stack"} & set(getattr(item, "fixturenames", ())))
+
+
 _BUILD = Prebuild("kfpserver", "the KFP API server",
-                  "the KFP API server tests need the 'go' tool (Go >= 1.25) to build it")
+                  "the KFP API server tests need the 'go' tool (Go >= 1.25) to build it", rank=4, needs=_needs_kfp)
 
 
 def pytest_collection_finish(session):
@@ -35,20 +41,20 @@ def pytest_collection_finish(session):
     runs = any("kfp_stack" in n for n in names)
     if runs or any("kfp_server" in n for n in names):
         _BUILD.build(session, "preparing the KFP backend (tools/kfpserver/build.sh)", "KFP backend ready",
-                     lambda: _build(runs), (kfpserver.KfpServerError, RuntimeError))
+                     lambda stream: _build(runs, stream), (kfpserver.KfpServerError, RuntimeError))
 
 
-def _build(runs: bool) -> Path:
+def _build(runs: bool, stream: IO[str]) -> Path:
     """The Go binaries; for the run tests also the MLMD venv (a pip install, minutes on a cold cache),
     here for the same reason as the Go build. The component image the steps run is the cluster
     tier's (``tests/cluster/conftest.py`` builds it)."""
-    root = kfpserver.build_server(stream=sys.stderr)
+    root = kfpserver.build_server(stream=stream)
     if runs:
         import kfpbackend
 
         t0 = time.monotonic()
-        venv = kfpbackend.build_mlmd_env(stream=sys.stderr)
-        print(f"kfpbackend: ml-metadata environment {venv} ({time.monotonic() - t0:.0f}s)", file=sys.stderr)
+        venv = kfpbackend.build_mlmd_env(stream=stream)
+        print(f"kfpbackend: ml-metadata environment {venv} ({time.monotonic() - t0:.0f}s)", file=stream)
     return root
 
 
