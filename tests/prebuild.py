@@ -28,7 +28,8 @@ import pytest
 
 __all__ = ["Prebuild", "Builds", "BUILDS", "NICE"]
 
-#: The builds' nice value: a test's processes (a Paddle gang, the cluster's servers) get the CPU first.
+#: The builds' nice value, above the session's: a test's processes (a Paddle gang, the cluster's servers)
+#: get the CPU first.
 NICE = 10
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -59,7 +60,8 @@ class Prebuild:
         self._done = threading.Event()
         self._log: Optional[Path] = None
         self._shown = False
-        (BUILDS if builds is None else builds).all.append(self)
+        self.builds = BUILDS if builds is None else builds
+        self.builds.all.append(self)
 
     def build(self, session: Any, preparing: str, ready: str, build: Callable[[IO[str]], Any],
               errors: Tuple[Type[BaseException], ...], reason: Optional[str] = None) -> None:
@@ -80,7 +82,7 @@ class Prebuild:
         """Run the queued build, its output into a log file (in the builder thread)."""
         assert self._job is not None
         preparing, ready, build, errors = self._job
-        fd, name = tempfile.mkstemp(prefix=f"ctr-volcano-{self.label}-", suffix=".log")
+        fd, name = tempfile.mkstemp(prefix=f"ctr-volcano-{self.label}-", suffix=".log", dir=self.builds.log_dir)
         self._log = Path(name)
         t0 = time.monotonic()
         with os.fdopen(fd, "w") as stream:
@@ -127,9 +129,11 @@ class Prebuild:
 
 
 class Builds:
-    """A session's builds: the order of its tests, one builder thread, the waits."""
+    """A session's builds: the order of its tests, one builder thread, the waits; each build's log
+    in ``log_dir`` (default: the temporary directory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_dir: Optional[Path] = None) -> None:
+        self.log_dir = log_dir
         self.all: List[Prebuild] = []
         self.thread: Optional[threading.Thread] = None
 
@@ -143,14 +147,15 @@ class Builds:
         items.sort(key=self.rank)
 
     def start(self) -> None:
-        """Run the queued builds one after another in a thread at nice :data:`NICE` (the builds'
-        processes inherit the thread's priority)."""
+        """Run the queued builds one after another in a thread :data:`NICE` nicer than the session
+        (the builds' processes inherit the thread's priority)."""
         queued = sorted((b for b in self.all if b.queued), key=lambda b: b.rank)
         if not queued or self.thread is not None:
             return
 
         def builder() -> None:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, min(os.getpriority(os.PRIO_PROCESS, me) + NICE, 19))
             for b in queued:
                 b.run()
         self.thread = threading.Thread(target=builder, name="prebuild", daemon=True)

@@ -40,8 +40,8 @@ def _two(builds):
     return s3, tier
 
 
-def test_the_tests_needing_no_build_run_first_then_by_the_last_build_they_need():
-    builds = Builds()
+def test_the_tests_needing_no_build_run_first_then_by_the_last_build_they_need(tmp_path):
+    builds = Builds(tmp_path)
     _two(builds)
     items = [_item("cluster_a"), _item("store", "s3_server"), _item("unit_a"), _item("cluster_b", "s3_server"),
              _item("unit_b"), _item("store_b", "s3_server")]
@@ -53,9 +53,9 @@ def _niceness() -> int:
     return int(subprocess.check_output(["nice"], text=True))
 
 
-def test_the_builds_run_one_after_another_in_the_background_at_a_lower_priority(monkeypatch, capsys):
+def test_the_builds_run_one_after_another_in_the_background_at_a_lower_priority(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("shutil.which", lambda tool: "/usr/bin/" + tool)
-    builds = Builds()
+    builds = Builds(tmp_path)
     s3, tier = _two(builds)
     seen = {}
     release = threading.Event()
@@ -88,9 +88,9 @@ def test_the_builds_run_one_after_another_in_the_background_at_a_lower_priority(
     assert "s3: preparing s3\ns3 step\ns3: s3 ready after" in err and "tier" not in err
 
 
-def test_a_failed_build_fails_its_tests_and_a_missing_tool_skips_them(monkeypatch):
+def test_a_failed_build_fails_its_tests_and_a_missing_tool_skips_them(monkeypatch, tmp_path):
     monkeypatch.setattr("shutil.which", lambda tool: "/usr/bin/" + tool)
-    builds = Builds()
+    builds = Builds(tmp_path)
     s3, tier = _two(builds)
 
     def broken(stream):
@@ -119,7 +119,7 @@ def test_the_session_end_stops_a_build_script_still_running(monkeypatch, tmp_pat
     monkeypatch.setattr("shutil.which", lambda tool: "/usr/bin/" + tool)
     script = tmp_path / "build.sh"
     script.write_text("echo building\nsleep 120\necho /never\n")
-    builds = Builds()
+    builds = Builds(tmp_path)
     s3, _ = _two(builds)
     s3.build(None, "preparing", "ready", lambda stream: procgroup.run_build_script(script, RuntimeError, stream),
              (RuntimeError,))
