@@ -169,8 +169,8 @@ class Builds:
 
     def stop(self) -> None:
         """At the session's end: stop a build still running (its tests were deselected or not reached)."""
-        if self.thread is not None and self.thread.is_alive():
-            procgroup.stop_builds()
+        if self.thread is not None and self.thread.is_alive() and self.thread.ident is not None:
+            procgroup.stop_builds(self.thread.ident)
             self.thread.join(timeout=300)
 
 

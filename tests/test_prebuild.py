@@ -115,9 +115,8 @@ def _group_gone(pgid: int, seconds: float) -> bool:
     return False
 
 
-def test_the_session_end_stops_a_build_script_still_running(monkeypatch, tmp_path):
-    monkeypatch.setattr("shutil.which", lambda tool: "/usr/bin/" + tool)
-    script = tmp_path / "build.sh"
+def _sleeping_build(tmp_path, name):
+    script = tmp_path / f"{name}.sh"
     script.write_text("echo building\nsleep 120\necho /never\n")
     builds = Builds(tmp_path)
     s3, _ = _two(builds)
@@ -125,13 +124,25 @@ def test_the_session_end_stops_a_build_script_still_running(monkeypatch, tmp_pat
              (RuntimeError,))
     builds.start()
     deadline = time.monotonic() + 10
-    while not procgroup._RUNNING and time.monotonic() < deadline:
+    while not procgroup.running_builds(builds.thread.ident) and time.monotonic() < deadline:
         time.sleep(0.05)
-    (proc,) = procgroup._RUNNING
+    (proc,) = procgroup.running_builds(builds.thread.ident)
+    return builds, s3, proc
+
+
+def test_the_session_end_stops_its_own_build_scripts_still_running_and_no_other(monkeypatch, tmp_path):
+    """A session's end stops the builds its thread runs, never those of another (the session that
+    runs this very test has its own builds running in the background)."""
+    monkeypatch.setattr("shutil.which", lambda tool: "/usr/bin/" + tool)
+    mine, s3, proc = _sleeping_build(tmp_path, "mine")
+    other, other_s3, other_proc = _sleeping_build(tmp_path, "other")
     t0 = time.monotonic()
-    builds.stop()
-    assert not builds.thread.is_alive() and time.monotonic() - t0 < 10
+    mine.stop()
+    assert not mine.thread.is_alive() and time.monotonic() - t0 < 10
     assert proc.poll() is not None
     assert _group_gone(proc.pid, 5), "the build's sleep outlived stop()"
-    with pytest.raises(pytest.fail.Exception, match=r"build.sh failed \(exit -?\d+\)"):
+    with pytest.raises(pytest.fail.Exception, match=r"mine.sh failed \(exit -?\d+\)"):
         s3.result(lambda: None)
+    assert other_proc.poll() is None and other.thread.is_alive()
+    other.stop()
+    assert other_proc.poll() is not None and _group_gone(other_proc.pid, 5)

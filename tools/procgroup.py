@@ -11,17 +11,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import IO, List, Mapping, Optional, Set, Type
+from typing import IO, Dict, List, Mapping, Optional, Type
 
-__all__ = ["TAIL_LINES", "build_dir", "run_build_script", "kill_group", "stop_builds"]
+__all__ = ["TAIL_LINES", "build_dir", "run_build_script", "kill_group", "running_builds", "stop_builds"]
 
 REPO = Path(__file__).resolve().parents[1]
 #: How many of a failed build's last output lines its error carries.
 TAIL_LINES = 40
-#: The build scripts running now, for :func:`stop_builds`.
-_RUNNING: Set[subprocess.Popen] = set()
+#: The build scripts running now, with the thread that runs each (:func:`stop_builds`).
+_RUNNING: Dict[subprocess.Popen, int] = {}
 
 
 def build_dir(script: Path) -> Path:
@@ -49,7 +50,7 @@ def run_build_script(script: Path, error: Type[Exception], stream: Optional[IO[s
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     tail: List[str] = []
     assert proc.stdout is not None
-    _RUNNING.add(proc)
+    _RUNNING[proc] = threading.get_ident()
     try:
         for line in proc.stdout:
             tail = (tail + [line.rstrip()])[-TAIL_LINES:]
@@ -59,7 +60,7 @@ def run_build_script(script: Path, error: Type[Exception], stream: Optional[IO[s
         kill_group(proc, grace=grace)
         raise
     finally:
-        _RUNNING.discard(proc)
+        _RUNNING.pop(proc, None)
     if rc != 0:
         raise error("%s failed (exit %d) after %.0fs:\n%s"
                     % (shown, rc, time.monotonic() - started, "\n".join(tail)))
@@ -68,11 +69,16 @@ def run_build_script(script: Path, error: Type[Exception], stream: Optional[IO[s
     return Path(tail[-1].strip())
 
 
-def stop_builds(grace: float = 5.0) -> None:
-    """Stop every build script :func:`run_build_script` is running (from another thread: a test
-    session ending while a build it started in the background still runs); that call then raises
-    its error for the killed script."""
-    for proc in list(_RUNNING):
+def running_builds(thread: int) -> List[subprocess.Popen]:
+    """The build scripts :func:`run_build_script` is running in the thread ``thread`` (an ident)."""
+    return [proc for proc, ident in list(_RUNNING.items()) if ident == thread]
+
+
+def stop_builds(thread: int, grace: float = 5.0) -> None:
+    """Stop the build scripts :func:`run_build_script` is running in the thread ``thread``, from
+    another thread (a test session ending while a build it started in the background still runs);
+    that call then raises its error for the killed script."""
+    for proc in running_builds(thread):
         kill_group(proc, grace=grace)
 
 
