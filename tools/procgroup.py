@@ -11,18 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import IO, Dict, List, Mapping, Optional, Type
+from typing import IO, List, Mapping, Optional, Type
 
-__all__ = ["TAIL_LINES", "build_dir", "run_build_script", "kill_group", "running_builds", "stop_builds"]
+__all__ = ["TAIL_LINES", "build_dir", "run_build_script", "kill_group"]
 
 REPO = Path(__file__).resolve().parents[1]
 #: How many of a failed build's last output lines its error carries.
 TAIL_LINES = 40
-#: The build scripts running now, with the thread that runs each (:func:`stop_builds`).
-_RUNNING: Dict[subprocess.Popen, int] = {}
 
 
 def build_dir(script: Path) -> Path:
@@ -50,7 +47,6 @@ def run_build_script(script: Path, error: Type[Exception], stream: Optional[IO[s
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     tail: List[str] = []
     assert proc.stdout is not None
-    _RUNNING[proc] = threading.get_ident()
     try:
         for line in proc.stdout:
             tail = (tail + [line.rstrip()])[-TAIL_LINES:]
@@ -59,27 +55,12 @@ def run_build_script(script: Path, error: Type[Exception], stream: Optional[IO[s
     except BaseException:
         kill_group(proc, grace=grace)
         raise
-    finally:
-        _RUNNING.pop(proc, None)
     if rc != 0:
         raise error("%s failed (exit %d) after %.0fs:\n%s"
                     % (shown, rc, time.monotonic() - started, "\n".join(tail)))
     if not tail:
         raise error(f"{shown} printed no output directory")
     return Path(tail[-1].strip())
-
-
-def running_builds(thread: int) -> List[subprocess.Popen]:
-    """The build scripts :func:`run_build_script` is running in the thread ``thread`` (an ident)."""
-    return [proc for proc, ident in list(_RUNNING.items()) if ident == thread]
-
-
-def stop_builds(thread: int, grace: float = 5.0) -> None:
-    """Stop the build scripts :func:`run_build_script` is running in the thread ``thread``, from
-    another thread (a test session ending while a build it started in the background still runs);
-    that call then raises its error for the killed script."""
-    for proc in running_builds(thread):
-        kill_group(proc, grace=grace)
 
 
 def kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
