@@ -60,8 +60,7 @@ class Prebuild:
         self._job: Optional[Tuple[str, str, Callable[[IO[str]], Any], Tuple[Type[BaseException], ...]]] = None
         self._done = threading.Event()
         self._shown = False
-        self.builds = BUILDS if builds is None else builds
-        self.builds.all.append(self)
+        (BUILDS if builds is None else builds).all.append(self)
 
     def build(self, session: Any, preparing: str, ready: str, build: Callable[[IO[str]], Any],
               errors: Tuple[Type[BaseException], ...], reason: Optional[str] = None) -> None:

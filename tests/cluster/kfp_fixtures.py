@@ -28,6 +28,7 @@ import kfpserver  # noqa: E402  (tools/kfpserver is not a package)
 
 __all__ = ["kfp_server"]
 
+
 def _needs_kfp(item) -> bool:
     return bool({"kfp_server", "kfp_stack"} & set(getattr(item, "fixturenames", ())))
 
@@ -37,9 +38,8 @@ _BUILD = Prebuild("kfpserver", "the KFP API server",
 
 
 def pytest_collection_finish(session):
-    names = [set(getattr(i, "fixturenames", ())) for i in session.items]
-    runs = any("kfp_stack" in n for n in names)
-    if runs or any("kfp_server" in n for n in names):
+    if any(_needs_kfp(i) for i in session.items):
+        runs = any("kfp_stack" in getattr(i, "fixturenames", ()) for i in session.items)
         _BUILD.build(session, "preparing the KFP backend (tools/kfpserver/build.sh)", "KFP backend ready",
                      lambda stream: _build(runs, stream), (kfpserver.KfpServerError, RuntimeError))
 
