@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import kserve
 import numpy as np
@@ -74,11 +74,27 @@ class CtrModel(kserve.Model):
         self.spec: Optional[FeatureSpec] = None
         self.request_log = request_log
         self._session: Optional[ort.InferenceSession] = None
+        self._outputs: List[str] = []
 
     def load(self) -> bool:
         self.spec, self._session = load_served(self.model_dir)
+        self._outputs = [o.name for o in self._session.get_outputs()]
         self.ready = True
         return self.ready
+
+    def score(self, columns: Dict[str, Tuple[str, Any]]) -> Tuple[List[str], List[np.ndarray]]:
+        """The graph's output names (probability first, then a task each) and their values for the
+        raw ``{input: (V2 datatype, values)}``; the scored rows go to the request log.
+
+        Raises:
+            BadInput: an input the model cannot take (:func:`~ctr_volcano.serving.raw.model_inputs`).
+        """
+        assert self._session is not None and self.spec is not None
+        feed = model_inputs(self.spec, columns)
+        results = self._session.run(self._outputs, feed)
+        if self.request_log is not None:
+            self.request_log.log(columns, results[0])
+        return self._outputs, results
 
     def predict(self, payload: Any, headers: Optional[Dict[str, str]] = None) -> InferResponse:
         assert self._session is not None and self.spec is not None
@@ -89,13 +105,9 @@ class CtrModel(kserve.Model):
         except ValueError as exc:
             raise InvalidInput(f"request: {exc}: the data does not fit the input's shape") from None
         try:
-            feed = model_inputs(self.spec, columns)
+            names, results = self.score(columns)
         except BadInput as exc:
             raise InvalidInput(str(exc)) from None
-        names = [o.name for o in self._session.get_outputs()]     # probability first, then a task each
-        results = self._session.run(names, feed)
-        if self.request_log is not None:
-            self.request_log.log(columns, results[0])
         outs = []
         for name, probs in zip(names, results):
             out = InferOutput(name=name, shape=[len(probs)], datatype="FP64")

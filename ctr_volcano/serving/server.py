@@ -2,14 +2,15 @@
 
 KServe's ModelServer binds 0.0.0.0 itself; here the REST server is handed a socket already bound to
 ``--host`` (127.0.0.1 unless asked), so a local ``ctr-volcano serve`` is not reachable from the
-network; the image passes ``--host 0.0.0.0``. gRPC is off (it would bind ``[::]``).
+network; the image passes ``--host 0.0.0.0``. gRPC is off (it would bind ``[::]``). Plain JSON infer
+requests are answered by :mod:`.json_infer`'s route, every other request by KServe's.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import socket
-from typing import List, Optional
+from typing import Any, List, Optional
 
 __all__ = ["serve", "main"]
 
@@ -22,7 +23,6 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, request_log
     ``log_sample`` share of the scored rows to it (:mod:`.request_log`)."""
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING
-    from kserve.protocol.rest.server import RESTServer
 
     from ctr_volcano.serving.kserve_model import CtrModel
     from ctr_volcano.serving.request_log import RequestLog
@@ -37,8 +37,24 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, request_log
     _log.info("serving %s as model %r on http://%s:%d (V2: /v2/health/ready, /v2/models/%s/infer)%s",
               model_dir, model.name, host, sock.getsockname()[1], model.name,
               f"; logging {log_sample:g} of the rows to {request_log}" if request_log else "")
-    rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port)
+    rest = _rest_server(model, FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port)
     rest.run(sockets=[sock])
+
+
+def _rest_server(model: Any, *args: Any) -> Any:
+    """KServe's REST server (``RESTServer(*args)``) with :mod:`.json_infer`'s route for ``model``
+    ahead of KServe's infer route."""
+    from kserve.model_server import FASTAPI_APP_IMPORT_STRING
+    from kserve.protocol.rest.server import RESTServer
+    from uvicorn.importer import import_from_string
+
+    from ctr_volcano.serving.json_infer import install
+
+    class RestServer(RESTServer):
+        def create_application(self) -> None:
+            super().create_application()
+            install(import_from_string(FASTAPI_APP_IMPORT_STRING), model)
+    return RestServer(*args)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
