@@ -102,7 +102,7 @@ class JsonInferRoute:
             names, results = self.model.score(columns)
         except (NotOurs, BadInput) as exc:      # KServe's route answers, as it always did
             _log.debug("infer request left to KServe's route: %s", exc)
-            return await self._pass(scope, _replay(body), send)
+            return await self._pass(scope, _replay(body, receive), send)
         data = answer(self.model.name, rid, names, results)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(len(data)).encode()), (b"content-type", b"application/json")]})
@@ -130,16 +130,17 @@ async def _body(receive: Receive) -> Optional[bytes]:
             return b"".join(parts)
 
 
-def _replay(body: bytes) -> Receive:
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with the body it already gave handed out once more, first."""
     sent = False
 
-    async def receive() -> Dict[str, Any]:
+    async def replay() -> Dict[str, Any]:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await receive()          # what comes after the body (a disconnect), as it comes
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
-    return receive
+    return replay
 
 
 def install(app: Any, model: Any) -> JsonInferRoute:
