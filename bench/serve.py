@@ -11,11 +11,15 @@ with ``--raw FILE`` in that model's layout (a Criteo model reads the committed s
   p99 in ms, client side: JSON encoding, HTTP, the transforms, onnxruntime, the answer);
 * throughput: rows/s of 256-row requests from 4 concurrent clients;
 * the floor: the same transforms + onnxruntime in this process (1 thread) for 1 and 256 rows;
-  ``ratio_inprocess`` = server p50 at 1 row / in-process p50 at 1 row.
+  ``ratio_inprocess`` = server p50 at 1 row / in-process p50 at 1 row;
+* the baseline: the same 1-row request left to KServe's own infer route (sent with the binary
+  extension's header over the same JSON body), as every request was before the server's JSON route;
+  ``ratio_kserve_route`` = server p50 at 1 row / that p50.
 
 The server runs in this environment (the serve extra). Last line:
 ``RESULT family=... parity_max_abs=... p50_ms_1=... p99_ms_1=... p50_ms_256=... p99_ms_256=...
-rows_per_s=... inproc_p50_ms_1=... inproc_p50_ms_256=... ratio_inprocess=...``.
+kserve_route_p50_ms_1=... rows_per_s=... inproc_p50_ms_1=... inproc_p50_ms_256=... ratio_inprocess=...
+ratio_kserve_route=...``.
 
 Usage: ``python bench/serve.py [--model DIR --raw FILE] [--rows N]``
 """
@@ -124,18 +128,22 @@ def _timed(fn: Callable[[], object], n: int) -> List[float]:
     return out
 
 
-def _poster(url: str, body: dict) -> Callable[[], object]:
+def _poster(url: str, body: dict, kserve_route: bool = False) -> Callable[[], object]:
     """A POST of ``body`` over a kept-alive connection per calling thread, as a client library's
-    session does (a new TCP connection per request would time urllib's set-up and the handshake)."""
+    session does (a new TCP connection per request would time urllib's set-up and the handshake).
+    ``kserve_route``: with the binary extension's header over the same JSON body (no binary part),
+    which the server leaves to KServe's own route (:mod:`ctr_volcano.serving.json_infer`)."""
     data = json.dumps(body).encode()
     parts = urllib.parse.urlsplit(url)
     local = threading.local()
+    headers = {"Content-Type": "application/json"}
+    if kserve_route:
+        headers["Inference-Header-Content-Length"] = str(len(data))
 
     def post() -> object:
         if not hasattr(local, "conn"):
             local.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
-        local.conn.request("POST", "/v2/models/ctr/infer", body=data,
-                           headers={"Content-Type": "application/json"})
+        local.conn.request("POST", "/v2/models/ctr/infer", body=data, headers=headers)
         resp = local.conn.getresponse()
         out = resp.read()
         if resp.status != 200:
@@ -196,9 +204,12 @@ def _measure(args: argparse.Namespace, model: Path, raw: Optional[Path], log: Pa
         for size, count in ((1, args.requests), (256, max(args.requests // 4, 20))):
             p = _percentiles(_timed(_poster(url, raw_to_body(_rows(values, 0, size))), count))
             res[f"p50_ms_{size}"], res[f"p99_ms_{size}"] = p["p50"], p["p99"]
+        kserve = _percentiles(_timed(_poster(url, raw_to_body(_rows(values, 0, 1)), kserve_route=True), args.requests))
+        res["kserve_route_p50_ms_1"] = kserve["p50"]
         res["rows_per_s"] = _throughput(_poster(url, raw_to_body(_rows(values, 0, 256))), 256, 4, args.seconds)
     res.update(_in_process(model, spec, values, args.requests))
     res["ratio_inprocess"] = res["p50_ms_1"] / res["inproc_p50_ms_1"]
+    res["ratio_kserve_route"] = res["p50_ms_1"] / res["kserve_route_p50_ms_1"]
     return res
 
 
