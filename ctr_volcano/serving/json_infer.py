@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional, Tup
 
 import numpy as np
 import orjson
+from kserve.utils.numpy_codec import to_np_dtype
 
 from ctr_volcano.errors import BadInput
 
@@ -29,9 +30,6 @@ __all__ = ["JsonInferRoute", "install", "INFER_PATH"]
 _log = logging.getLogger(__name__)
 
 INFER_PATH = "/v2/models/{model_name}/infer"
-_NUMPY = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
-          "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-          "FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "BYTES": np.object_}
 _INPUT_KEYS = {"name", "datatype", "shape", "data"}
 _PASSED = "ctr_volcano.json_infer.passed"      # in a scope routed again: this route does not match
 
@@ -65,11 +63,12 @@ def read_columns(body: bytes) -> Tuple[Optional[str], Dict[str, Tuple[str, np.nd
         if not isinstance(item, dict) or set(item) != _INPUT_KEYS:
             raise NotOurs("not a plain input")
         name, datatype, shape, data = item["name"], item["datatype"], item["shape"], item["data"]
-        if (not isinstance(name, str) or name in columns or datatype not in _NUMPY or not isinstance(data, list)
+        dtype = to_np_dtype(datatype) if isinstance(datatype, str) else None     # as_numpy's own map
+        if (not isinstance(name, str) or name in columns or dtype is None or not isinstance(data, list)
                 or not isinstance(shape, list) or not all(type(d) is int for d in shape)):
             raise NotOurs("input fields")
         try:
-            columns[name] = (datatype, np.array(data, dtype=_NUMPY[datatype]).reshape(shape))
+            columns[name] = (datatype, np.array(data, dtype=dtype).reshape(shape))
         except (ValueError, TypeError, OverflowError):
             raise NotOurs("data") from None
     return rid, columns

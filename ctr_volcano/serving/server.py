@@ -22,7 +22,6 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, request_log
     """Load the model and serve V2 on ``host:port`` until SIGTERM/SIGINT; with ``request_log``, append a
     ``log_sample`` share of the scored rows to it (:mod:`.request_log`)."""
     from kserve import ModelServer
-    from kserve.model_server import FASTAPI_APP_IMPORT_STRING
 
     from ctr_volcano.serving.kserve_model import CtrModel
     from ctr_volcano.serving.request_log import RequestLog
@@ -37,13 +36,13 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, request_log
     _log.info("serving %s as model %r on http://%s:%d (V2: /v2/health/ready, /v2/models/%s/infer)%s",
               model_dir, model.name, host, sock.getsockname()[1], model.name,
               f"; logging {log_sample:g} of the rows to {request_log}" if request_log else "")
-    rest = _rest_server(model, FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port)
+    rest = _rest_server(model, server.dataplane, server.model_repository_extension, port)
     rest.run(sockets=[sock])
 
 
-def _rest_server(model: Any, *args: Any) -> Any:
-    """KServe's REST server (``RESTServer(*args)``) with :mod:`.json_infer`'s route for ``model``
-    ahead of KServe's infer route."""
+def _rest_server(model: Any, dataplane: Any, model_repository_extension: Any, port: int) -> Any:
+    """KServe's REST server on its FastAPI app, with :mod:`.json_infer`'s route for ``model`` ahead of
+    KServe's infer route."""
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING
     from kserve.protocol.rest.server import RESTServer
     from uvicorn.importer import import_from_string
@@ -54,7 +53,7 @@ def _rest_server(model: Any, *args: Any) -> Any:
         def create_application(self) -> None:
             super().create_application()
             install(import_from_string(FASTAPI_APP_IMPORT_STRING), model)
-    return RestServer(*args)
+    return RestServer(FASTAPI_APP_IMPORT_STRING, dataplane, model_repository_extension, port)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
