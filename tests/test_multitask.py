@@ -346,8 +346,12 @@ def _check_scoring(model_dir: str, raw, out) -> None:
     for k, name in enumerate(["probability", "probability_purchase"]):
         assert np.abs(scored[name].to_numpy() - mine[:, k]).max() <= 1e-6, name
     doc = json.loads((out / "scores.json").read_text())["metrics"]
-    for k, task in enumerate(["click", "purchase"]):
-        assert doc["tasks"][task]["auc"] == pytest.approx(auc(rows[task].to_numpy(), mine[:, k]), abs=1e-6)
+    for k, (task, name) in enumerate([("click", "probability"), ("purchase", "probability_purchase")]):
+        labels = rows[task].to_numpy()
+        assert doc["tasks"][task]["auc"] == pytest.approx(auc(labels, scored[name].to_numpy()), abs=1e-12)
+        # ONNX's and numpy's scores differ by <= 1e-6, enough to swap a few near-tied pairs; each
+        # swap moves the AUC by 1/(positives * negatives) (a CI run saw 1.2e-6 on 4,000 rows)
+        assert doc["tasks"][task]["auc"] == pytest.approx(auc(labels, mine[:, k]), abs=1e-4)
     assert doc["auc"] == doc["tasks"]["click"]["auc"] and doc["rows"] == 4000
     assert doc["tasks"]["purchase"]["after_click"]["rows"] == int(rows["click"].to_numpy().sum())   # CVR
 
