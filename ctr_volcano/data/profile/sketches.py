@@ -83,6 +83,21 @@ def _bin_value(index: int) -> float:
     return value if index >= 0 else -value
 
 
+def _runs(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The distinct values of a sorted array and the start of each one's run in it."""
+    if not values.size:
+        return values, np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    return values[starts], starts
+
+
+def _counted(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The distinct values of a sorted array and how often each occurs (``np.unique`` with
+    ``return_counts`` of sorted input, without its overhead: this runs per column per piece)."""
+    distinct, starts = _runs(values)
+    return distinct, np.diff(np.append(starts, values.size))
+
+
 def _add_sparse(*parts: Tuple[np.ndarray, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
     """Sum of sparse count vectors given as ``(index, count)`` arrays, sorted by index."""
     parts = tuple(p for p in parts if len(p[0]))
@@ -90,9 +105,10 @@ def _add_sparse(*parts: Tuple[np.ndarray, np.ndarray]) -> Tuple[np.ndarray, np.n
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if len(parts) == 1:
         return parts[0]
-    index, inverse = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
-    count = np.bincount(inverse, weights=np.concatenate([p[1] for p in parts]).astype(np.float64),
-                        minlength=len(index)).astype(np.int64)
+    index = np.concatenate([p[0] for p in parts])
+    order = np.argsort(index, kind="stable")
+    index, starts = _runs(index[order])
+    count = np.add.reduceat(np.concatenate([p[1] for p in parts]).astype(np.int64)[order], starts)
     return index, count
 
 
@@ -248,8 +264,11 @@ def _top(ids: np.ndarray, counts: np.ndarray, keep: int) -> Tuple[np.ndarray, np
     sorted by id: a total order, so the same input always keeps the same ids."""
     if ids.size <= keep:
         return ids, counts
-    order = np.sort(np.lexsort((ids, -counts))[:keep])
-    return ids[order], counts[order]
+    threshold = np.partition(counts, ids.size - keep)[ids.size - keep]   # the keep-th largest count
+    chosen = counts > threshold
+    short = keep - int(np.count_nonzero(chosen))
+    chosen[np.flatnonzero(counts == threshold)[:short]] = True            # ties: the smaller ids
+    return ids[chosen], counts[chosen]
 
 
 @dataclass
@@ -285,13 +304,11 @@ class IdSketch:
         sketch = cls(rows=int(ids.shape[0]), missing=int(missing))
         if sketch.rows == sketch.missing:
             return sketch
-        sample = ids[sample_rows(ids.shape[0])]
-        sample = sample[sample >= slots]        # a copy: sorted in place below
-        sketch.sample_rows = int(sample.size)
+        sample = ids[sample_rows(ids.shape[0])]   # a copy: sorted in place
         sample.sort()
-        starts = np.flatnonzero(np.concatenate(([True], sample[1:] != sample[:-1]))) if sample.size else sample
-        seen, seen_counts = sample[starts], np.diff(np.append(starts, sample.size))
-        sketch.top_ids, sketch.top_counts = _top(seen, seen_counts, TOP_KEEP_PIECE)
+        sample = sample[np.searchsorted(sample, slots):]   # the empty ids sort first
+        sketch.sample_rows = int(sample.size)
+        sketch.top_ids, sketch.top_counts = _top(*_counted(sample), TOP_KEEP_PIECE)
         sketch.kmv_ids, sketch.kmv_counts = _kmv_of(ids, slots)
         return sketch
 
@@ -362,7 +379,8 @@ def _kmv_of(ids: np.ndarray, slots: int) -> Tuple[np.ndarray, np.ndarray]:
     the ``KMV_K`` of smallest hash, sorted by id, with their row counts. One pass (a multiply and a
     compare) over the column and a sort of the ~1/KMV_RATE of its rows under the cut."""
     chosen = ids[kmv_hash(ids) < _KMV_CUT]
-    found, counts = np.unique(chosen[chosen >= slots], return_counts=True)
+    chosen.sort()
+    found, counts = _counted(chosen[np.searchsorted(chosen, slots):])   # the empty ids sort first
     if found.size > KMV_K:
         keep = np.sort(np.argpartition(kmv_hash(found), KMV_K - 1)[:KMV_K])
         found, counts = found[keep], counts[keep]
