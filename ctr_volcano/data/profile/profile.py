@@ -88,6 +88,11 @@ class DataProfile:
                    dense={k: DenseSketch.merged([p.dense[k] for p in parts]) for k in first.dense},
                    categorical={k: IdSketch.merged([p.categorical[k] for p in parts]) for k in first.categorical})
 
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        """Pickled as three arrays, not ~130 small ones (one per sketch part): a forked prep lane
+        sends every piece's profile back, which cost ~0.36 ms a piece pickled and unpickled."""
+        return _unpacked, _packed(self)
+
     def to_state(self) -> Dict[str, Any]:
         """A JSON-ready dict :meth:`from_state` turns back into an equal profile (prep's work files)."""
         return {"label": self.label, "rows": self.rows, "positives": self.positives,
@@ -129,6 +134,37 @@ class DataProfile:
         return cls(label=doc["label"]["name"], rows=int(doc["rows"]), positives=int(doc["label"]["positives"]),
                    dense={k: DenseSketch.from_state(v["sketch"]) for k, v in doc["dense"].items()},
                    categorical={k: IdSketch.from_state(v["sketch"]) for k, v in doc["categorical"].items()})
+
+
+_DENSE_ARRAYS = ("index", "count")
+_ID_ARRAYS = ("kmv_ids", "kmv_counts", "top_ids", "top_counts")
+
+
+def _packed(p: DataProfile) -> Tuple[Any, ...]:
+    """:class:`DataProfile`'s pickled form: names, the sketches' integers, floats and arrays, each
+    kind in one array (the arrays end to end, with their lengths)."""
+    dense, ids = list(p.dense.values()), list(p.categorical.values())
+    arrays = [getattr(s, a) for s in dense for a in _DENSE_ARRAYS] + [getattr(s, a) for s in ids for a in _ID_ARRAYS]
+    ints = [v for s in dense for v in (s.rows, s.missing)] + [v for s in ids for v in (s.rows, s.missing, s.sample_rows)]
+    floats = [v for s in dense for v in (s.total, s.squares, s.min, s.max)]
+    return (p.label, p.rows, p.positives, tuple(p.dense), tuple(p.categorical), np.array(ints, np.int64),
+            np.array(floats, np.float64), np.array([a.size for a in arrays], np.int64),
+            np.concatenate(arrays).astype(np.int64, copy=False) if arrays else np.zeros(0, np.int64))
+
+
+def _unpacked(label: str, rows: int, positives: int, dense: Tuple[str, ...], categorical: Tuple[str, ...],
+              ints: np.ndarray, floats: np.ndarray, lengths: np.ndarray, flat: np.ndarray) -> DataProfile:
+    """The profile :func:`_packed` describes."""
+    arrays = iter(np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else [])
+    i, f = iter(ints.tolist()), iter(floats.tolist())
+    profile = DataProfile(label=label, rows=rows, positives=positives)
+    for name in dense:
+        profile.dense[name] = DenseSketch(rows=next(i), missing=next(i), total=next(f), squares=next(f), min=next(f),
+                                          max=next(f), index=next(arrays), count=next(arrays))
+    for name in categorical:
+        profile.categorical[name] = IdSketch(rows=next(i), missing=next(i), sample_rows=next(i), kmv_ids=next(arrays),
+                                             kmv_counts=next(arrays), top_ids=next(arrays), top_counts=next(arrays))
+    return profile
 
 
 def _rate(part: int, whole: int) -> float:
@@ -189,9 +225,15 @@ def spec_piece(spec: Any, raw: Mapping[str, np.ndarray], out: Any) -> DataProfil
 
 
 def _positives(label: Any) -> int:
+    """The sum of the label column (0/1): numpy's where it has no nulls (~10 us a piece, where
+    pyarrow's cast and sum took ~150)."""
+    if not len(label):
+        return 0
+    if label.null_count == 0:
+        return int(np.sum(label.to_numpy(), dtype=np.int64))
     import pyarrow.compute as pc
 
-    return int(pc.sum(label.cast("int64")).as_py() or 0) if len(label) else 0
+    return int(pc.sum(label.cast("int64")).as_py() or 0)
 
 
 # ------------------------------------------------------------------------------------------------
