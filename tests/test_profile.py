@@ -129,6 +129,35 @@ def test_frequent_ids_from_the_row_sample():
         assert abs(f - truth[i]) < 0.01, (i, f, truth[i])
 
 
+def test_the_frequent_id_candidates_kept_are_the_largest_counts_ties_to_the_smaller_id():
+    from ctr_volcano.data.profile.sketches import _top
+
+    rng = np.random.default_rng(4)
+    ids = np.unique(rng.integers(26, 1 << 40, 3_000))
+    for counts in (rng.integers(1, 4, ids.size), rng.zipf(1.5, ids.size), np.ones(ids.size, np.int64)):
+        for keep in (1, 7, 100, 400, ids.size - 1, ids.size):
+            kept, kept_counts = _top(ids, counts.copy(), keep)
+            want = np.sort(sorted(range(ids.size), key=lambda i: (-counts[i], ids[i]))[:keep])
+            assert kept.tolist() == ids[want].tolist() and kept_counts.tolist() == counts[want].tolist()
+
+
+def test_a_pickled_profile_is_the_same_profile():
+    """A forked prep lane returns its pieces' profiles pickled (a packed form, not per array)."""
+    import pickle
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 100, 5_000)
+    x[:100] = np.nan
+    profile = DataProfile(label="click", rows=5_000, positives=123,
+                          dense={"a": DenseSketch.of(x), "empty": DenseSketch.of(np.full(10, np.nan))},
+                          categorical={"c": IdSketch.of(26 + rng.zipf(1.3, 5_000) * 7, 0, 26),
+                                       "gone": IdSketch.of(np.ones(50, np.int64), 1, 26)})
+    back = pickle.loads(pickle.dumps(profile))
+    assert back.to_state() == profile.to_state() and list(back.dense) == ["a", "empty"]
+    assert back.dense["empty"].min == math.inf and back.label == "click"
+    assert pickle.loads(pickle.dumps(DataProfile())).to_state() == DataProfile().to_state()
+
+
 def test_js_divergence():
     a = {0: 10, 1: 30, 2: 60}
     assert js_divergence(a, a) == 0.0
