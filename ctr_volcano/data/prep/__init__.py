@@ -38,7 +38,7 @@ from ctr_model.logs import Progress
 from ctr_volcano.data.prep.config import AUTO_WORKERS_MAX, STATS_FILE, PrepConfig
 from ctr_volcano.data.prep.generic import check_files, prep_spec
 from ctr_volcano.data.prep.inputs import Job, jobs, long_line_error, piece_bytes, resolve_inputs
-from ctr_volcano.data.prep.lanes import Lanes, Slots, available_cores, keep_freed_memory, use_slots
+from ctr_volcano.data.prep.lanes import Lanes, Slots, available_cores, finish_profile, keep_freed_memory, use_slots
 from ctr_volcano.data.prep.split import ShardSet, StratifiedSplit
 from ctr_volcano.data.prep.stats import Accumulator, write_outputs
 from ctr_volcano.data.profile.profile import DataProfile
@@ -207,7 +207,7 @@ class _Feeder:
             assert future is not None
             result = self._take(future.result(), slot)
             self._fill(pending_jobs, lanes)
-            self.parts.append(result)
+            self.parts.append(finish_profile(result))   # while the lanes go on with the next pieces
             self.progress.update(rows=result[0], nbytes=job.nbytes)
             if job.last:
                 self._end_block(job.path, writer, shard_pool)
