@@ -62,7 +62,8 @@ _TRANSIENT = ("couldn't connect", "could not connect", "connection refused", "co
               "http status 500", "http status 502", "http status 503", "http status 504",
               "internalerror", "serviceunavailable", "slowdown", "service unavailable",
               "unexpected eof", "recv failure", "send failure", "network_connection",
-              "failed to flush response stream")   # a GET cut off while SeaweedFS came back up
+              "failed to flush response stream",   # a GET cut off while SeaweedFS came back up
+              "internal_failure", "internal error")  # SeaweedFS's UploadPart just after a restart
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -149,3 +149,29 @@ def test_a_store_down_past_the_retry_budget_registers_nothing(own_s3, monkeypatc
     monkeypatch.setenv("CTR_S3_RETRY_S", "60")   # the checks below read a store that just came back
     assert reg.get("run-2") is None and [v.version for v in reg.versions()] == ["run-1"]
     assert reg.champion().version == "run-1"
+
+
+#: What SeaweedFS answered an UploadPart right after it restarted (through pyarrow's S3 filesystem).
+_RESTART_ANSWER = ("When uploading part for key 'ckpt/pserver-1/shard-3.gz' in bucket 'models': AWS Error "
+                   "INTERNAL_FAILURE during UploadPart operation: We encountered an internal error, please try again.")
+
+
+def test_an_internal_failure_just_after_a_restart_is_retried_and_a_refusal_is_not():
+    from ctr_model import store as s3
+
+    assert s3.is_transient(OSError(_RESTART_ANSWER))
+    refusal = OSError("When uploading part for key 'k' in bucket 'models': AWS Error ACCESS_DENIED during "
+                      "UploadPart operation: Access Denied")
+    assert not s3.is_transient(refusal)
+
+    answers = [OSError(_RESTART_ANSWER), OSError(_RESTART_ANSWER), "uploaded"]
+
+    def call():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert s3.retrying("upload shard-3.gz", call, budget_s=10) == "uploaded" and not answers
+    with pytest.raises(OSError, match="ACCESS_DENIED"):
+        s3.retrying("upload k", lambda: (_ for _ in ()).throw(refusal), budget_s=10)
