@@ -1,6 +1,8 @@
 """Data shaped like a real public log, end to end through the CLI: an Avazu-like CSV (a header, a
 19-digit ``id`` and an ``hour`` to ignore, hex string ids with Zipf-skewed frequencies, integer-looking
-categorical columns, no numeric column at all). Every family trains it on a real 2x2 local gang,
+categorical columns, no numeric column at all). Every family trains it on a real local gang of two
+pservers and one trainer (two trainers add the known async spread of docs/training.md, which is not
+these tests' subject: CI once saw the DIN layout's dcn_v2 at NE 0.988 on 2x2),
 starts at the training click rate (the output bias at its logit, every other term silent: the first
 batches' loss is the constant predictor's, where DeepFM once started at a mean prediction of 0.97),
 ends better than the constant predictor, and the evaluation names the family and shows the
@@ -77,12 +79,13 @@ def _prep(root, spec: dict, log: str) -> None:
 
 
 def _train(root, model: str, epochs: int, tmp_path, capsys, config=None) -> None:
-    """``ctr-volcano train`` of ``model`` on a real 2x2 local gang (``config``: the layout's by default)."""
+    """``ctr-volcano train`` of ``model`` on a real local gang, 2 pservers x 1 trainer (``config``: the
+    layout's by default)."""
     from ctr_volcano.app.cli.main import main
 
     config = config or root / "config.json"
     rc = main(["train", "--data", str(root / "prep"), "--model-out", str(tmp_path / "m"), "--pservers", "2",
-               "--trainers", "2", "--epochs", str(epochs), "--config", str(config), "--model", model,
+               "--trainers", "1", "--epochs", str(epochs), "--config", str(config), "--model", model,
                "--max-retry", "0", "--workdir", str(tmp_path / "w")])
     assert rc == 0, capsys.readouterr().err[-3000:]
 
