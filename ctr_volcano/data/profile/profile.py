@@ -136,17 +136,20 @@ class DataProfile:
                    categorical={k: IdSketch.from_state(v["sketch"]) for k, v in doc["categorical"].items()})
 
 
-_DENSE_ARRAYS = ("index", "count")
-_ID_ARRAYS = ("kmv_ids", "kmv_counts", "top_ids", "top_counts")
+#: Each sketch kind's fields by how they are packed: (integers, floats, arrays), in that order.
+_LAYOUT: Dict[type, Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]] = {
+    DenseSketch: (("rows", "missing"), ("total", "squares", "min", "max"), ("index", "count")),
+    IdSketch: (("rows", "missing", "sample_rows"), (), ("kmv_ids", "kmv_counts", "top_ids", "top_counts")),
+}
 
 
 def _packed(p: DataProfile) -> Tuple[Any, ...]:
     """:class:`DataProfile`'s pickled form: names, the sketches' integers, floats and arrays, each
-    kind in one array (the arrays end to end, with their lengths)."""
-    dense, ids = list(p.dense.values()), list(p.categorical.values())
-    arrays = [getattr(s, a) for s in dense for a in _DENSE_ARRAYS] + [getattr(s, a) for s in ids for a in _ID_ARRAYS]
-    ints = [v for s in dense for v in (s.rows, s.missing)] + [v for s in ids for v in (s.rows, s.missing, s.sample_rows)]
-    floats = [v for s in dense for v in (s.total, s.squares, s.min, s.max)]
+    kind in one array (the arrays end to end, with their lengths), field by field as :data:`_LAYOUT`
+    lists them."""
+    sketches = list(p.dense.values()) + list(p.categorical.values())
+    ints, floats, arrays = ([getattr(s, name) for s in sketches for name in _LAYOUT[type(s)][kind]]
+                            for kind in range(3))
     return (p.label, p.rows, p.positives, tuple(p.dense), tuple(p.categorical), np.array(ints, np.int64),
             np.array(floats, np.float64), np.array([a.size for a in arrays], np.int64),
             np.concatenate(arrays).astype(np.int64, copy=False) if arrays else np.zeros(0, np.int64))
@@ -155,15 +158,14 @@ def _packed(p: DataProfile) -> Tuple[Any, ...]:
 def _unpacked(label: str, rows: int, positives: int, dense: Tuple[str, ...], categorical: Tuple[str, ...],
               ints: np.ndarray, floats: np.ndarray, lengths: np.ndarray, flat: np.ndarray) -> DataProfile:
     """The profile :func:`_packed` describes."""
-    arrays = iter(np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else [])
-    i, f = iter(ints.tolist()), iter(floats.tolist())
+    values = (iter(ints.tolist()), iter(floats.tolist()),
+              iter(np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else []))
+
+    def sketch(kind: type) -> Any:
+        return kind(**{name: next(values[k]) for k, names in enumerate(_LAYOUT[kind]) for name in names})
     profile = DataProfile(label=label, rows=rows, positives=positives)
-    for name in dense:
-        profile.dense[name] = DenseSketch(rows=next(i), missing=next(i), total=next(f), squares=next(f), min=next(f),
-                                          max=next(f), index=next(arrays), count=next(arrays))
-    for name in categorical:
-        profile.categorical[name] = IdSketch(rows=next(i), missing=next(i), sample_rows=next(i), kmv_ids=next(arrays),
-                                             kmv_counts=next(arrays), top_ids=next(arrays), top_counts=next(arrays))
+    profile.dense = {name: sketch(DenseSketch) for name in dense}
+    profile.categorical = {name: sketch(IdSketch) for name in categorical}
     return profile
 
 
