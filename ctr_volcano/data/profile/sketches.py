@@ -321,11 +321,7 @@ class IdSketch:
         """The sketches combined (the frequent-id candidates pruned once, after adding them all)."""
         out = cls(rows=sum(s.rows for s in sketches), missing=sum(s.missing for s in sketches),
                   sample_rows=sum(s.sample_rows for s in sketches))
-        ids, counts = _add_sparse(*((s.kmv_ids, s.kmv_counts) for s in sketches))
-        if ids.size > KMV_K:
-            keep = np.sort(np.argpartition(kmv_hash(ids), KMV_K - 1)[:KMV_K])
-            ids, counts = ids[keep], counts[keep]
-        out.kmv_ids, out.kmv_counts = ids, counts
+        out.kmv_ids, out.kmv_counts = _smallest_hashes(*_add_sparse(*((s.kmv_ids, s.kmv_counts) for s in sketches)))
         out.top_ids, out.top_counts = _top(*_add_sparse(*((s.top_ids, s.top_counts) for s in sketches)), TOP_KEEP)
         return out
 
@@ -381,10 +377,16 @@ def _kmv_of(ids: np.ndarray, slots: int) -> Tuple[np.ndarray, np.ndarray]:
     chosen = ids[kmv_hash(ids) < _KMV_CUT]
     chosen.sort()
     found, counts = _counted(chosen[np.searchsorted(chosen, slots):])   # the empty ids sort first
-    if found.size > KMV_K:
-        keep = np.sort(np.argpartition(kmv_hash(found), KMV_K - 1)[:KMV_K])
-        found, counts = found[keep], counts[keep]
-    return found, counts.astype(np.int64)
+    return _smallest_hashes(found, counts.astype(np.int64))
+
+
+def _smallest_hashes(ids: np.ndarray, counts: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Of ``ids`` sorted by id, the ``KMV_K`` of smallest :func:`kmv_hash` with their counts, still
+    sorted by id (all of them when there are no more)."""
+    if ids.size <= KMV_K:
+        return ids, counts
+    keep = np.sort(np.argpartition(kmv_hash(ids), KMV_K - 1)[:KMV_K])
+    return ids[keep], counts[keep]
 
 
 def js_divergence(p: Dict[int, int], q: Dict[int, int]) -> float:
