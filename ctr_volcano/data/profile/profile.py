@@ -163,10 +163,8 @@ def _unpacked(label: str, rows: int, positives: int, dense: Tuple[str, ...], cat
 
     def sketch(kind: type) -> Any:
         return kind(**{name: next(values[k]) for k, names in enumerate(_LAYOUT[kind]) for name in names})
-    profile = DataProfile(label=label, rows=rows, positives=positives)
-    profile.dense = {name: sketch(DenseSketch) for name in dense}
-    profile.categorical = {name: sketch(IdSketch) for name in categorical}
-    return profile
+    return DataProfile(label=label, rows=rows, positives=positives, dense={name: sketch(DenseSketch) for name in dense},
+                       categorical={name: sketch(IdSketch) for name in categorical})
 
 
 def _rate(part: int, whole: int) -> float:
