@@ -172,6 +172,9 @@ def test_an_internal_failure_just_after_a_restart_is_retried_and_a_refusal_is_no
             raise answer
         return answer
 
+    def refused():
+        raise refusal
+
     assert s3.retrying("upload shard-3.gz", call, budget_s=10) == "uploaded" and not answers
     with pytest.raises(OSError, match="ACCESS_DENIED"):
-        s3.retrying("upload k", lambda: (_ for _ in ()).throw(refusal), budget_s=10)
+        s3.retrying("upload k", refused, budget_s=10)
