@@ -46,11 +46,7 @@ def run_training_step(data_path: str, model_dir: str, params: StepParams, *,
     Returns:
         A :class:`~ctr_volcano.training.api.TrainResult`. The exported model keeps the training data's
         profile (``data_profile.json``, named in ``model_meta.json``) when ``data_path`` is a local
-        directory that has one (prep writes it into the train split).
+        directory that has one (prep writes it into the train split): each backend attaches it.
     """
-    result = backend_for(params, client).train(data_path, model_dir, params, on_identity=on_identity,
-                                               log=log or logger.info, init_model=init_model)
-    from ctr_volcano.data.profile import attach_to_model
-
-    attach_to_model(data_path, model_dir)
-    return result
+    return backend_for(params, client).train(data_path, model_dir, params, on_identity=on_identity,
+                                             log=log or logger.info, init_model=init_model)

@@ -93,7 +93,9 @@ def train_local(data_dir: str, model_dir: str,
             see :mod:`ctr_model.store`) for ``s3://`` data or output; default: this process's.
 
     Returns:
-        :class:`TrainResult`.
+        :class:`TrainResult`. The exported model keeps the training data's profile
+        (``data_profile.json``, named in ``model_meta.json``) when ``data_dir`` is a local directory
+        that has one (prep writes it into the train split).
 
     Raises:
         BadInput: bad data dir, config, gang size or an init model this run cannot continue; a role
@@ -102,6 +104,7 @@ def train_local(data_dir: str, model_dir: str,
         TrainingJobFailed: the gang failed ``max_retry + 1`` times (role, exit code, log tail).
     """
     from ctr_model import store as s3
+    from ctr_volcano.data.profile import attach_to_model
     from ctr_volcano.training.local.gang import GangSpec, LocalGang
 
     require("paddle", "backend", "local", "the local backend runs the Paddle gang on this machine "
@@ -144,6 +147,8 @@ def train_local(data_dir: str, model_dir: str,
     except TrainingJobFailed as exc:   # a role's exit 2 or 75 in its family, as on Volcano
         raise role_error(exc) from None
     metrics = _copy_model_out(output_dir, model_dir, client if in_store else None)
+    if not s3.is_uri(data_dir):
+        attach_to_model(data_dir, model_dir)    # the training data's profile, for validation against it
     if own_workdir:
         # nobody can resume from a temp dir, and the model and metrics are out: leave nothing behind
         shutil.rmtree(workdir, ignore_errors=True)

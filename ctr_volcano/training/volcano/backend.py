@@ -153,9 +153,14 @@ class VolcanoBackend:
               on_identity: Optional[Callable[[Dict[str, Any]], None]] = None,
               log: Callable[[str], None] = logger.info, init_model: Optional[str] = None) -> TrainResult:
         """Check the inputs, hand the data over, run the Job and copy the model out (see
-        ``TrainingBackend.train``)."""
-        return _train_volcano(data_path, model_dir, params, on_identity=on_identity, log=log,
-                              client=self.client, init_model=init_model)
+        ``TrainingBackend.train``); the model keeps the training data's profile when ``data_path`` is a
+        local directory that has one."""
+        from ctr_volcano.data.profile import attach_to_model
+
+        result = _train_volcano(data_path, model_dir, params, on_identity=on_identity, log=log,
+                                client=self.client, init_model=init_model)
+        attach_to_model(data_path, model_dir)
+        return result
 
 
 def _open_store_run(data_path: str, params: StepParams, name: str, init_model: Optional[str],
