@@ -11,7 +11,7 @@ from ctr_model.features import transform_line
 from ctr_model.onnx_inputs import PAD_ID
 from ctr_model.transforms import categorical_ids, dense_value
 from ctr_volcano.errors import BadInput
-from ctr_volcano.serving.raw import RAW_INPUTS
+from ctr_volcano.serving.raw import RAW_INPUTS, multivalued_ids
 from ctr_volcano.serving.raw import model_inputs as feed
 from tests.serving_fixtures import raw_lines
 
@@ -106,6 +106,13 @@ def test_other_encodings_of_the_same_values_give_the_same_inputs():
         assert all(np.array_equal(out[k], base[k]) for k in base), cols
     ints = feed(SPEC, _text_columns(user=("INT64", np.array([5, 123, 7]))))
     assert ints["ids"][1, 0] == base["ids"][2, 0]                # 123 and "123" are one id
+    # the ids unpadded (what the request log's profile counts; the transform cuts at max_length), in row order
+    items = SPEC.categorical[1]
+    offsets, ids = multivalued_ids(SPEC, items, np.array(TEXT["items"], dtype=object))
+    assert offsets.tolist() == [0, 2, 3, 6] and ids[3:].tolist() == categorical_ids(SPEC, items, "7|a|b|c")
+    for cols in (jsons, mixed):
+        got = multivalued_ids(SPEC, items, cols["items"][1])
+        assert got[0].tolist() == offsets.tolist() and got[1].tolist() == ids.tolist(), cols["items"]
 
 
 @pytest.mark.parametrize("change,field,fix", [

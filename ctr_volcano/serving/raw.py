@@ -44,7 +44,8 @@ from ctr_model.transforms import (
 )
 from ctr_volcano.errors import BadInput
 
-__all__ = ["RAW_INPUTS", "BYTES", "NUMERIC", "INTEGER", "request_spec", "raw_inputs", "model_inputs"]
+__all__ = ["RAW_INPUTS", "BYTES", "NUMERIC", "INTEGER", "request_spec", "raw_inputs", "model_inputs",
+           "multivalued_ids"]
 
 #: The Criteo model's inputs, one per raw column, in the model's order.
 RAW_INPUTS = DENSE_COLUMNS + SPARSE_COLUMNS
@@ -139,25 +140,43 @@ def _json_row(name: str, row: int, text: Any) -> List[str]:
     return out
 
 
-def _multivalued(spec: FeatureSpec, feature: CategoricalFeature, arr: np.ndarray) -> np.ndarray:
-    """``[N, max_length]`` ids of a multi-valued input, padded (rows as text, JSON lists, or both)."""
+def multivalued_ids(spec: FeatureSpec, feature: CategoricalFeature, arr: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The ids of a multi-valued input's rows as the server reads them (each row the values joined by
+    the feature's separator, or a JSON list), all of them, in row order: ``(offsets[N + 1], ids)``.
+
+    Raises:
+        BadInput: a row that starts as a JSON list and is not one, naming the input and the row.
+    """
     import pyarrow as pa
 
-    name, width = feature.name, int(feature.max_length)
+    name = feature.name
     text = _text_array(name, arr)
     values = arr.tolist()
     is_json = np.fromiter((bool(v) and v.lstrip()[:1] in ("[", b"[") for v in values), dtype=bool, count=len(values))
     if not is_json.any():
         ids = multivalued_column(spec, feature, text)
-        return padded(ids.offsets.to_numpy(), ids.values.to_numpy(), width, name)
-    out = np.empty((len(values), width), dtype=np.int64)
-    if not is_json.all():
-        ids = multivalued_column(spec, feature, text.filter(pa.array(~is_json)))
-        out[~is_json] = padded(ids.offsets.to_numpy(), ids.values.to_numpy(), width, name)
+        return ids.offsets.to_numpy(), ids.values.to_numpy()
     lists = [_json_row(name, i, v) for i, v in enumerate(values) if is_json[i]]
-    ids = multivalued_column(spec, feature, pa.array(lists, type=pa.list_(pa.string())))
-    out[is_json] = padded(ids.offsets.to_numpy(), ids.values.to_numpy(), width, name)
-    return out
+    parts = [(np.flatnonzero(is_json), multivalued_column(spec, feature, pa.array(lists, type=pa.list_(pa.string()))))]
+    if not is_json.all():
+        parts.append((np.flatnonzero(~is_json), multivalued_column(spec, feature, text.filter(pa.array(~is_json)))))
+    lengths = np.zeros(len(values), dtype=np.int64)
+    for rows, ids in parts:
+        lengths[rows] = np.diff(ids.offsets.to_numpy())
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    out = np.empty(int(offsets[-1]), dtype=np.int64)
+    for rows, ids in parts:          # each part's values to its rows' places
+        own = ids.offsets.to_numpy()
+        counts = np.diff(own)
+        within = np.arange(int(own[-1])) - np.repeat(own[:-1], counts)
+        out[np.repeat(offsets[rows], counts) + within] = ids.values.to_numpy()
+    return offsets, out
+
+
+def _multivalued(spec: FeatureSpec, feature: CategoricalFeature, arr: np.ndarray) -> np.ndarray:
+    """``[N, max_length]`` ids of a multi-valued input, padded (rows as text, JSON lists, or both)."""
+    offsets, ids = multivalued_ids(spec, feature, arr)
+    return padded(offsets, ids, int(feature.max_length), feature.name)
 
 
 def _check_names(spec: FeatureSpec, columns: Mapping[str, Any]) -> int:

@@ -70,7 +70,8 @@ def log_profile(path: str, spec: Any = None) -> Tuple[DataProfile, Dict[str, Any
     import pyarrow as pa
 
     from ctr_model.feature_spec import criteo_spec
-    from ctr_model.transforms import categorical_column, multivalued_column
+    from ctr_model.transforms import categorical_column
+    from ctr_volcano.serving.raw import multivalued_ids
 
     spec = spec if spec is not None else criteo_spec()
     rows, probabilities = read_log(path)
@@ -85,12 +86,11 @@ def log_profile(path: str, spec: Any = None) -> Tuple[DataProfile, Dict[str, Any
         profile.dense[d.name] = DenseSketch.of(x)
     slots = len(spec.categorical)
     for k, c in enumerate(spec.categorical):
-        values = pa.array([None if r.get(c.name) in (None, "") else str(r.get(c.name)) for r in rows],
-                          type=pa.string())
-        if c.multivalued:
-            ids = multivalued_column(spec, c, values).values.to_numpy()
+        text = [None if r.get(c.name) in (None, "") else str(r.get(c.name)) for r in rows]
+        if c.multivalued:       # as the server read them: the values joined by the separator, or JSON lists
+            ids = multivalued_ids(spec, c, np.array(text, dtype=object))[1]
         else:
-            ids = categorical_column(spec, c, values)
+            ids = categorical_column(spec, c, pa.array(text, type=pa.string()))
         profile.categorical[c.name] = IdSketch.of(ids, k, slots)
     p = np.array(probabilities, dtype=np.float64)
     source = {"serving_log": path, "rows": len(rows),
