@@ -220,3 +220,37 @@ def test_wide_deep_with_crosses_batch_scores_raw_rows_as_the_scorer(models, tmp_
     expected = scorer.predict(_test_split(layout))
     assert doc["rows_scored"] == scored.num_rows == len(expected)
     assert np.abs(scored.column("probability").to_numpy() - expected).max() <= 1e-6
+
+
+SKEW_CASES = [pytest.param(layout, "dnn" if takes(layout, "dnn") else "wide_deep", id=layout)
+              for layout in LAYOUTS if layout != "criteo"]     # Criteo's: tests/test_serving_server.py
+
+
+@pytest.mark.parametrize("layout_name,fam", SKEW_CASES)
+def test_the_request_log_of_a_spec_model_validates_against_its_training_profile(models, layout_name, fam,
+                                                                                tmp_path, capsys):
+    """Training/serving skew on logs that are not Criteo's: the real server's request log of the test
+    split's raw rows passes ``validate --serving-log`` against the model; the same rows with the
+    ``user`` column re-keyed upstream of the server fail on ``user``, in one line, exit 2."""
+    from ctr_volcano.app.cli.main import main as cli
+    from ctr_volcano.serving.request_log import RequestLog
+
+    layout, model_dir, _ = models(layout_name, fam, {})
+    n = len(layout.raw[layout.label])
+    log = tmp_path / "requests.jsonl"
+    with model_server(sys.executable, model_dir, tmp_path / "server.log",
+                      extra_args=("--request-log", str(log), "--log-sample", "1")) as url:
+        served = sum(len(infer(url, columns_to_body(_encode(layout, raw_values(layout, i, i + CHUNK))))[0])
+                     for i in range(0, n, CHUNK))
+    assert served == n == len(log.read_text().splitlines()) >= 5000
+    assert cli(["validate", "--serving-log", str(log), "--reference", model_dir, "--out", str(tmp_path / "v")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()[-1]      # (the fixtures' prep printed before)
+    assert out.startswith("pass: 0 finding(s)"), out
+    skewed = RequestLog(str(tmp_path / "skewed.jsonl"), 1.0)
+    for i in range(0, n, CHUNK):
+        values = raw_values(layout, i, i + CHUNK)
+        values["user"] = [None if v is None else f"{v}-v2" for v in values["user"]]
+        skewed.log(_encode(layout, values), np.full(len(values["user"]), 0.5))
+    assert cli(["validate", "--serving-log", str(tmp_path / "skewed.jsonl"), "--reference", model_dir]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "user: new_id_rate" in err, err
