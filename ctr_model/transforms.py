@@ -205,12 +205,18 @@ def parse_dense_column(feature: DenseFeature, column: Any) -> Tuple[np.ndarray, 
 
 
 def parse_label_column(column: Any) -> Tuple[np.ndarray, np.ndarray]:
-    """(label int8, ok) of a raw label column: ``0``/``1`` as text or numbers, ``0.0``/``1.0`` too."""
+    """(label int8, ok) of a raw label column: ``0``/``1`` as text or numbers, ``0.0``/``1.0`` too, and
+    ``false``/``true`` in any case (pandas writes a bool column so; Parquet keeps it a bool)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if pa.types.is_string(column.type) or pa.types.is_binary(column.type):
-        values, _ = _numbers(pc.utf8_trim_whitespace(column))
+        text = pc.utf8_trim_whitespace(column)
+        values, _ = _numbers(text)
+        if pa.types.is_string(column.type):
+            word = pc.utf8_lower(text)
+            values = np.where(_np(pc.fill_null(pc.equal(word, "true"), False)), 1.0,
+                              np.where(_np(pc.fill_null(pc.equal(word, "false"), False)), 0.0, values))
     else:
         values = pc.fill_null(pc.cast(column, pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
     ok = (values == 0) | (values == 1)

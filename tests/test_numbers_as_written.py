@@ -83,6 +83,36 @@ def test_parquet_float_counts_are_their_integers_and_fractions_are_refused():
     assert labels[ok].tolist() == [1, 0, 1, 0, 1]
     labels, ok = parse_label_column(pa.array([1.0, 0.0, None, 0.3]))
     assert ok.tolist() == [True, True, False, False] and labels[:2].tolist() == [1, 0]
+    labels, ok = parse_label_column(pa.array(["True", "False", " true ", "FALSE", "yes", None, "1"]))
+    assert ok.tolist() == [True, True, True, True, False, False, True] and labels.tolist()[:5] == [1, 0, 1, 0, 0]
+    labels, ok = parse_label_column(pa.array([True, False, None]))       # a Parquet bool column
+    assert ok.tolist() == [True, True, False] and labels[:2].tolist() == [1, 0]
+
+
+def test_a_csv_pandas_wrote_from_a_bool_label_preps_as_its_parquet(tmp_path):
+    """pandas writes a bool click column to CSV as ``True``/``False`` and to Parquet as a bool: both prep
+    to the same rows, none rejected."""
+    import pandas as pd
+
+    from ctr_volcano.app.cli.main import main
+
+    rows = _rows()
+    frame = pd.DataFrame({"click": [bool(r[0]) for r in rows], "visits": [r[1] for r in rows],
+                          "price": [r[2] for r in rows], "site_id": [r[3] for r in rows]})
+    frame.to_csv(tmp_path / "log.csv", index=False)
+    assert (tmp_path / "log.csv").read_text().splitlines()[1].split(",")[0] in ("True", "False")
+    frame.to_parquet(tmp_path / "log.parquet")
+    (tmp_path / "spec.json").write_text(json.dumps(SPEC))
+    (tmp_path / "spec_pq.json").write_text(json.dumps({**{k: v for k, v in SPEC.items() if k != "header"},
+                                                       "format": "parquet"}))
+    for spec, name in (("spec.json", "log.csv"), ("spec_pq.json", "log.parquet")):
+        assert main(["prep", "--feature-spec", str(tmp_path / spec), "--input", str(tmp_path / name),
+                     "--out", str(tmp_path / name.replace(".", "-")), "--shards", "1", "--test-shards", "1",
+                     "--max-bad-fraction", "0"]) == 0
+    from_csv, from_parquet = _prepped(tmp_path / "log-csv"), _prepped(tmp_path / "log-parquet")
+    assert from_csv.num_rows == from_parquet.num_rows == len(rows)
+    assert from_csv.column("click").to_pylist() == from_parquet.column("click").to_pylist()
+    assert sorted(from_csv.column("click").to_pylist()) == sorted(r[0] for r in rows)
 
 
 @pytest.mark.parametrize("raw,integer", [("260.0", "260"), ("1e3", "1000"), (b"0.0", "0"), (" 7.00 ", "7"),

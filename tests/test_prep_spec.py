@@ -92,7 +92,7 @@ def test_csv_with_header_rejects_by_reason_and_matches_the_reference(tmp_path):
     assert stats["rejected_by_reason"] == {"empty line": 1, "label not 0/1": 1, "fraction under transform criteo": 1,
                                            "non-number in dense column": 3, "wrong field count": 1}
     lines = {e["line"]: e["reason"] for e in stats["rejected_examples"]}
-    assert lines[1002] == "label not 0/1 (nor 0.0/1.0): '2'" and "price: 'abc'" in lines[1003]
+    assert lines[1002] == "label not 0/1 (nor 0.0/1.0, false/true): '2'" and "price: 'abc'" in lines[1003]
     assert lines[1004] == ("dense column visits: not an integer: '1.5'; transform criteo takes counts: give this "
                            "column transform log1p (or standardize) in the feature spec")
     assert "wrong field count" in lines[1005]

@@ -266,7 +266,7 @@ def _labels(spec: FeatureSpec, table: Any, reasons: list, keep: np.ndarray) -> T
         for i in np.flatnonzero(keep & ok_all & ~ok):
             value = table.column(name)[int(i)].as_py()
             what = "label" if len(names) == 1 else f"label {name}"
-            reasons.append((int(i), "label not 0/1", f"{what} not 0/1 (nor 0.0/1.0): {str(value)[:40]!r}"))
+            reasons.append((int(i), "label not 0/1", f"{what} not 0/1 (nor 0.0/1.0, false/true): {str(value)[:40]!r}"))
         ok_all &= ok
     for task, parent in spec.depends_on:
         t, p = names.index(task), names.index(parent)
