@@ -78,6 +78,25 @@ def test_mismatched_shape_is_refused_before_the_gang(data, first, tmp_path):
     assert not os.path.exists(tmp_path / "m"), "refused runs must not start"
 
 
+@pytest.mark.slow
+def test_the_train_command_warm_starts_and_refuses_a_mismatch_in_one_line(data, first, tmp_path, capsys):
+    """``ctr-volcano train --init-model``: the component's ``init_model`` from the command line."""
+    from ctr_volcano.app.cli.main import main
+
+    model, _ = first
+    base = ["train", "--data", data, "--pservers", "2", "--trainers", "1", "--epochs", "1", "--max-retry", "0",
+            "--batch-size", "128", "--config", str(tmp_path / "small.json")]
+    (tmp_path / "small.json").write_text(json.dumps({k: v for k, v in SMALL.items()
+                                                      if k not in ("batch_size", "learning_rate")}))
+    assert main(base + ["--model-out", str(tmp_path / "bad"), "--init-model", model, "--pservers", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "pservers is 2 but this run's is 1" in err, err
+    assert not (tmp_path / "bad").exists()
+    assert main(base + ["--model-out", str(tmp_path / "warm"), "--init-model", model]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["init_model"] == os.path.abspath(model) and summary["test"]["auc"] > 0.6, summary
+
+
 def _meta(**over):
     cfg = {"embedding_dim": 4, "fc_sizes": [32, 16], "hash_buckets": 1000}
     meta = {"schema_version": SCHEMA_VERSION, "hash_buckets": 1000, "config": cfg, "pservers": 2}

@@ -27,6 +27,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data", required=True, metavar="PREP_DIR",
                    help="output dir of `ctr-volcano prep` (on Volcano with --artifact-store s3: its s3:// URI)")
     p.add_argument("--model-out", required=True, metavar="DIR", help="where the exported model goes")
+    p.add_argument("--init-model", metavar="DIR", default=None,
+                   help="an exported model to warm-start from (the train_ctr component's init_model): "
+                        "its schema, hash buckets, network and pservers must be this run's, checked "
+                        "before the gang starts")
     add_step_arguments(p, "train")
     p.set_defaults(func=_handle)
 
@@ -38,9 +42,9 @@ def _handle(args: argparse.Namespace) -> int:
     if args.output_uri and args.backend == "volcano":
         raise BadInput("--output", args.output_uri, "is for the local backend; on Volcano the output goes to "
                                                     "the hand-off (--artifact-store, --s3-root)")
-    result = run_training_step(args.data, args.model_out, params_from_args(args))
+    result = run_training_step(args.data, args.model_out, params_from_args(args), init_model=args.init_model)
     summary = {"model_dir": result.model_dir, "output_dir": result.output_dir,
                "attempts": result.attempts, "epochs": result.metrics.get("epochs"),
-               "test": result.metrics.get("test")}
+               "test": result.metrics.get("test"), "init_model": result.metrics.get("init_model")}
     print(json.dumps(summary, sort_keys=True, default=str))
     return 0
