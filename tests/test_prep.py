@@ -239,6 +239,20 @@ def test_rerun_with_fewer_shards_leaves_no_stale_shards(sample_dir, tmp_path):
     assert len(F.shard_files(str(tmp_path / "out" / "train"))) == 3
 
 
+def test_a_spark_output_directory_is_read_without_its_markers(sample_dir, tmp_path):
+    """Spark and Hadoop leave ``_SUCCESS`` (empty, no extension, as Criteo's ``day_0``), ``_committed_*``
+    and hidden ``.crc`` files beside the parts: skipped, as Arrow's datasets skip them."""
+    lines = gzip.open(sorted(sample_dir.glob("part-*"))[0], "rt").read().splitlines()[:300]
+    out = tmp_path / "spark"
+    out.mkdir()
+    (out / "part-00000").write_text("\n".join(lines) + "\n")
+    (out / "_SUCCESS").write_bytes(b"")
+    (out / "_committed_123").write_text("{}")
+    (out / ".part-00000.crc").write_bytes(b"\x00" * 12)
+    assert resolve_inputs([str(out)]) == [str(out / "part-00000")] == resolve_inputs([str(out / "*")])
+    assert prep([str(out)], str(tmp_path / "o"))["rows_in"] == 300
+
+
 def test_clear_errors_for_missing_empty_and_broken_inputs(tmp_path):
     with pytest.raises(BadInput, match="no such file"):
         prep([str(tmp_path / "nope.tsv")], str(tmp_path / "o1"))
@@ -246,6 +260,9 @@ def test_clear_errors_for_missing_empty_and_broken_inputs(tmp_path):
         prep([str(tmp_path / "*.nothing")], str(tmp_path / "o2"))
     (tmp_path / "emptydir").mkdir()
     with pytest.raises(BadInput, match="directory holds no"):
+        prep([str(tmp_path / "emptydir")], str(tmp_path / "o3"))
+    (tmp_path / "emptydir" / "dt=1").mkdir()
+    with pytest.raises(BadInput, match=r"subdirectories such as 'dt=1' are not read: give a glob such as .*emptydir/\*/\*"):
         prep([str(tmp_path / "emptydir")], str(tmp_path / "o3"))
     (tmp_path / "empty.tsv").write_bytes(b"")
     with pytest.raises(BadInput, match="no lines found"):

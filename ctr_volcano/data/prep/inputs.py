@@ -21,8 +21,9 @@ def resolve_inputs(inputs: Sequence[str], spec: Optional[FeatureSpec] = None) ->
     """Expand files, globs and directories into an ordered list of input files.
 
     A directory contributes its regular files named ``*.tsv``, ``*.txt``, ``*.csv``, ``*.gz``,
-    ``*.parquet`` (a feature spec's format) or with no extension (like Criteo's ``day_0``), sorted by name, not recursing; hidden files and
-    other extensions (``oracle.json``, ``README.md``) are skipped.
+    ``*.parquet`` (a feature spec's format) or with no extension (like Criteo's ``day_0``), sorted by
+    name, not recursing (:func:`_directory_inputs`); neither a directory nor a glob contributes a
+    marker or hidden file (:func:`_marker`).
 
     Raises:
         BadInput: for no inputs, a missing path, a glob or directory matching no file (the fix
@@ -36,17 +37,12 @@ def resolve_inputs(inputs: Sequence[str], spec: Optional[FeatureSpec] = None) ->
     for item in inputs:
         item = os.fspath(item)
         if any(ch in item for ch in "*?["):
-            matches = sorted(p for p in glob.glob(item) if os.path.isfile(p))
+            matches = sorted(p for p in glob.glob(item) if os.path.isfile(p) and not _marker(os.path.basename(p)))
             if not matches:
                 raise BadInput("input", item, "the glob matches no file; check the pattern")
             files.extend(matches)
         elif os.path.isdir(item):
-            names = sorted(n for n in os.listdir(item) if not n.startswith(".")
-                           and os.path.isfile(os.path.join(item, n))
-                           and (n.endswith(_INPUT_SUFFIXES) or "." not in n))
-            if not names:
-                raise BadInput("input", item, "the directory holds no .tsv/.txt/.csv/.gz/.parquet file")
-            files.extend(os.path.join(item, n) for n in names)
+            files.extend(_directory_inputs(item))
         elif os.path.isfile(item):
             files.append(item)
         else:
@@ -54,6 +50,32 @@ def resolve_inputs(inputs: Sequence[str], spec: Optional[FeatureSpec] = None) ->
             gz = "" if spec is not None and spec.format == "parquet" else " (plain or .gz)"
             raise BadInput("input", item, f"no such file or directory; give {kind}{gz}, a glob or a directory")
     return files
+
+
+def _marker(name: str) -> bool:
+    """A name Hadoop and Spark give their markers and metadata, or a hidden file: never an input of a
+    directory or a glob (a file named on its own is read)."""
+    return name.startswith((".", "_"))
+
+
+def _directory_inputs(directory: str) -> List[str]:
+    """A directory's input files, sorted by name. Skipped: other extensions (``oracle.json``,
+    ``README.md``), and names that start with ``.`` or ``_``, which Hadoop and Spark give their markers
+    and metadata (``_SUCCESS``, ``_committed_*``, ``_metadata``, ``.part-0.crc``), as Arrow's
+    datasets skip them.
+
+    Raises:
+        BadInput: no input file there (with subdirectories, such as partitions: the glob to give).
+    """
+    entries = sorted(os.listdir(directory))
+    names = [n for n in entries if not _marker(n) and os.path.isfile(os.path.join(directory, n))
+             and (n.endswith(_INPUT_SUFFIXES) or "." not in n)]
+    if names:
+        return [os.path.join(directory, n) for n in names]
+    subdirs = [n for n in entries if os.path.isdir(os.path.join(directory, n))]
+    hint = (f" (subdirectories such as {subdirs[0]!r} are not read: give a glob such as "
+            f"{os.path.join(directory, '*', '*')!r}, or the subdirectories themselves)" if subdirs else "")
+    raise BadInput("input", directory, f"the directory holds no .tsv/.txt/.csv/.gz/.parquet file{hint}")
 
 
 def _open(path: str):
