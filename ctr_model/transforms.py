@@ -35,7 +35,7 @@ it, so a served row's cross is prep's).
 from __future__ import annotations
 
 import math
-from typing import Any, List, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -245,20 +245,33 @@ def _hash_slot(spec: FeatureSpec, feature: CategoricalFeature) -> int:
 
 
 def _as_text(values: Any) -> Any:
-    """An arrow string/binary array of ``values``; integer ids become their decimal text."""
+    """An arrow string/binary array of ``values``; integer ids become their decimal text, and so do
+    integral floats (a Parquet id column pandas stored as float64 because it has gaps: ``1005.0`` is
+    ``1005``, NaN is empty); other floats their shortest text (``0.5``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if not isinstance(values, pa.Array):
-        values = pa.array([None if v is None else v if isinstance(v, (str, bytes)) else str(int(v))
+        values = pa.array([None if v is None else v if isinstance(v, (str, bytes)) else _id_text(v)
                            for v in values])
     if pa.types.is_integer(values.type):
         return pc.cast(values, pa.string())
+    if pa.types.is_floating(values.type):
+        return pc.cast(pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), values), pa.string())
     if pa.types.is_null(values.type):
         return pa.array([b""] * len(values), type=pa.binary())
     return values
+
+
+def _id_text(value: Any) -> Optional[str]:
+    """One non-text id's text, as :func:`_as_text` makes it of a column (``None``: NaN, empty)."""
+    import pyarrow as pa
+
+    if isinstance(value, (float, np.floating)):
+        return _as_text(pa.array([float(value)], pa.float64()))[0].as_py()
+    return str(int(value))
 
 
 def categorical_column(spec: FeatureSpec, feature: CategoricalFeature, values: Any) -> np.ndarray:
@@ -303,13 +316,13 @@ def categorical_ids(spec: FeatureSpec, feature: CategoricalFeature, raw: Any) ->
     """Reference form: the ids of one raw value (one id unless the feature is multi-valued).
 
     Args:
-        raw: ``str``/``bytes``/``int``/``None``; for a multi-valued feature also a list of them
-            (a string is split on the feature's ``separator``).
+        raw: ``str``/``bytes``/``int``/``float``/``None``; for a multi-valued feature also a list of
+            them (a string is split on the feature's ``separator``).
     """
     slot, slots, buckets = _slot(spec, feature), len(spec.categorical), int(feature.hash_buckets)
 
     def one(v: Any) -> Union[str, bytes, None]:
-        return v if v is None or isinstance(v, (str, bytes)) else str(int(v))
+        return v if v is None or isinstance(v, (str, bytes)) else _id_text(v)
 
     if not feature.multivalued:
         return [hash_slot_value(one(raw), slot, slots, buckets)]

@@ -115,6 +115,46 @@ def test_a_csv_pandas_wrote_from_a_bool_label_preps_as_its_parquet(tmp_path):
     assert sorted(from_csv.column("click").to_pylist()) == sorted(r[0] for r in rows)
 
 
+def test_a_parquet_id_column_pandas_stored_as_float_has_the_integer_ids(tmp_path):
+    """pandas stores an integer id column with gaps as float64 (``1005.0``, NaN): its ids are the
+    integer column's (a gap the empty id), in prep, in the per-value reference form and for a
+    request sending the integers; other floats hash as their shortest text."""
+    import pyarrow.parquet as pq
+
+    from ctr_model.transforms import categorical_column, categorical_ids
+    from ctr_volcano.app.cli.main import main
+
+    spec = spec_from_dict({"format": "parquet", "label": "click", "hash_buckets": 1000,
+                           "categorical": [{"name": "site_id"}, {"name": "tags", "multivalued": True}]})
+    site, tags = spec.categorical
+    ints = [1005, None, 7, 1005, 123456789, None]
+    floats = pa.array([None if v is None else float(v) for v in ints[:-1]] + [float("nan")])
+    assert floats.type == pa.float64()
+    expected = categorical_column(spec, site, pa.array(ints, pa.int64()))
+    assert categorical_column(spec, site, floats).tolist() == expected.tolist()
+    assert [categorical_ids(spec, site, v)[0] for v in [1005.0, None, 7.0, np.float32(1005), 123456789.0,
+                                                        float("nan")]] == expected.tolist()
+    assert expected[1] == expected[5] == 0                                   # empty: slot 1's id
+    assert categorical_ids(spec, site, 0.5) == categorical_ids(spec, site, "0.5")
+    assert categorical_column(spec, site, pa.array([0.5])).tolist() == categorical_ids(spec, site, "0.5")
+    n = 200
+    rng = np.random.default_rng(3)
+    site_ids = [None if i % 9 == 0 else int(v) for i, v in enumerate(rng.integers(1000, 1010, n))]
+    tag_ids = [[float(t) for t in rng.integers(0, 50, 3)] for _ in range(n)]
+    labels = rng.integers(0, 2, n).astype(np.int8)
+    pq.write_table(pa.table({"click": labels, "site_id": pa.array(site_ids, pa.int64()),
+                             "tags": pa.array([[int(t) for t in r] for r in tag_ids], pa.list_(pa.int64()))}),
+                   tmp_path / "ints.parquet")
+    pq.write_table(pa.table({"click": labels, "site_id": pa.array([np.nan if v is None else float(v) for v in site_ids]),
+                             "tags": pa.array(tag_ids, pa.list_(pa.float64()))}), tmp_path / "floats.parquet")
+    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
+    for name in ("ints", "floats"):
+        assert main(["prep", "--feature-spec", str(tmp_path / "spec.json"), "--input", str(tmp_path / f"{name}.parquet"),
+                     "--out", str(tmp_path / name), "--shards", "1", "--test-shards", "1",
+                     "--max-bad-fraction", "0"]) == 0
+    assert _prepped(tmp_path / "floats").equals(_prepped(tmp_path / "ints"))
+
+
 @pytest.mark.parametrize("raw,integer", [("260.0", "260"), ("1e3", "1000"), (b"0.0", "0"), (" 7.00 ", "7"),
                                          (260.0, "260"), (np.float32(3.0), "3"), ("-4.0", "-4"), ("", "")])
 def test_reference_form_reads_integral_floats_as_integers(raw, integer):
