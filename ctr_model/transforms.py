@@ -247,7 +247,8 @@ def _hash_slot(spec: FeatureSpec, feature: CategoricalFeature) -> int:
 def _as_text(values: Any) -> Any:
     """An arrow string/binary array of ``values``; integer ids become their decimal text, and so do
     integral floats (a Parquet id column pandas stored as float64 because it has gaps: ``1005.0`` is
-    ``1005``, NaN is empty); other floats their shortest text (``0.5``)."""
+    ``1005``, NaN is empty); other floats their shortest text (``0.5``), booleans ``1``/``0``, a
+    dictionary column (pandas' category dtype) its values."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -256,10 +257,14 @@ def _as_text(values: Any) -> Any:
     if not isinstance(values, pa.Array):
         values = pa.array([None if v is None else v if isinstance(v, (str, bytes)) else _id_text(v)
                            for v in values])
-    if pa.types.is_integer(values.type):
-        return pc.cast(values, pa.string())
+    if pa.types.is_dictionary(values.type):          # pandas' category dtype, as Parquet keeps it
+        values = values.dictionary_decode()
     if pa.types.is_floating(values.type):
         return pc.cast(pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), values), pa.string())
+    if pa.types.is_boolean(values.type):             # as the integers 1/0 a request sends for it
+        values = pc.cast(values, pa.int8())
+    if pa.types.is_integer(values.type):
+        return pc.cast(values, pa.string())
     if pa.types.is_null(values.type):
         return pa.array([b""] * len(values), type=pa.binary())
     return values

@@ -137,6 +137,13 @@ def test_a_parquet_id_column_pandas_stored_as_float_has_the_integer_ids(tmp_path
     assert expected[1] == expected[5] == 0                                   # empty: slot 1's id
     assert categorical_ids(spec, site, 0.5) == categorical_ids(spec, site, "0.5")
     assert categorical_column(spec, site, pa.array([0.5])).tolist() == categorical_ids(spec, site, "0.5")
+    # pandas' category dtype (a Parquet dictionary column) is its values; a bool column is 1/0
+    as_text = pa.array(["a", None, "b", "a"])
+    assert categorical_column(spec, site, as_text.dictionary_encode()).tolist() == \
+        categorical_column(spec, site, as_text).tolist()
+    assert categorical_column(spec, site, pa.array([True, False, None])).tolist() == \
+        [categorical_ids(spec, site, v)[0] for v in (1, 0, None)] == \
+        [categorical_ids(spec, site, v)[0] for v in (True, False, None)]
     n = 200
     rng = np.random.default_rng(3)
     site_ids = [None if i % 9 == 0 else int(v) for i, v in enumerate(rng.integers(1000, 1010, n))]

@@ -151,6 +151,14 @@ def test_files_that_do_not_match_the_spec_are_refused_before_writing(tmp_path):
                              "items": ["i"], "other": ["x"]}), tmp_path / "c.parquet")
     with pytest.raises(BadInput, match="not a list; store it as a Parquet list"):
         prep([str(tmp_path / "c.parquet")], str(tmp_path / "out"), spec=spec_from_dict(dict(SPEC, format="parquet")))
+    import datetime
+
+    pq.write_table(pa.table({"clicked": [1], "price": [1.0], "age": [1.0], "visits": [1],
+                             "user": [datetime.datetime(2026, 1, 1)], "items": [["i"]], "other": ["x"]}),
+                   tmp_path / "d.parquet")
+    with pytest.raises(BadInput, match=r"column 'user' is timestamp\[us\]; a categorical feature's ids are text"):
+        prep([str(tmp_path / "d.parquet")], str(tmp_path / "out"), spec=spec_from_dict(dict(SPEC, format="parquet")))
+    assert not (tmp_path / "out" / "train").exists()
 
 
 def test_cli_prep_feature_spec(tmp_path, capsys):

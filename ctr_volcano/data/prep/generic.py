@@ -195,6 +195,15 @@ def _check_parquet_types(spec: FeatureSpec, path: str) -> None:
         if is_list and not c.multivalued:
             raise BadInput("feature_spec", c.name, f"{path}: column {c.name!r} is a list; set "
                            f"multivalued: true for it")
+        kind = schema.field(c.name).type.value_type if is_list else schema.field(c.name).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        if not any(test(kind) for test in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                                           pa.types.is_large_binary, pa.types.is_integer, pa.types.is_floating,
+                                           pa.types.is_boolean, pa.types.is_null)):
+            raise BadInput("feature_spec", c.name, f"{path}: column {c.name!r} is {schema.field(c.name).type}; "
+                           f"a categorical feature's ids are text, integers, floats or booleans: store it "
+                           f"as one of those, or list it under ignore")
 
 
 def _batches(spec: FeatureSpec, path: str, columns: Optional[Sequence[str]] = None
