@@ -158,6 +158,10 @@ def test_files_that_do_not_match_the_spec_are_refused_before_writing(tmp_path):
                    tmp_path / "d.parquet")
     with pytest.raises(BadInput, match=r"column 'user' is timestamp\[us\]; a categorical feature's ids are text"):
         prep([str(tmp_path / "d.parquet")], str(tmp_path / "out"), spec=spec_from_dict(dict(SPEC, format="parquet")))
+    pq.write_table(pa.table({"clicked": [1], "price": [datetime.datetime(2026, 1, 1)], "age": [1.0], "visits": [1],
+                             "user": ["u"], "items": [["i"]], "other": ["x"]}), tmp_path / "e.parquet")
+    with pytest.raises(BadInput, match=r"column 'price' is timestamp\[us\]; a dense feature is a number"):
+        prep([str(tmp_path / "e.parquet")], str(tmp_path / "out"), spec=spec_from_dict(dict(SPEC, format="parquet")))
     assert not (tmp_path / "out" / "train").exists()
 
 

@@ -185,6 +185,16 @@ def _check_parquet_types(spec: FeatureSpec, path: str) -> None:
     import pyarrow.parquet as pq
 
     schema = pq.read_schema(path)
+    for name in list(spec.task_labels) + [d.name for d in spec.dense]:
+        kind = schema.field(name).type
+        kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+        if not any(test(kind) for test in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
+                                           pa.types.is_boolean, pa.types.is_string, pa.types.is_large_string,
+                                           pa.types.is_null)):
+            what = "a label is 0/1" if name in spec.task_labels else "a dense feature is a number"
+            raise BadInput("feature_spec", name, f"{path}: column {name!r} is {schema.field(name).type}; "
+                           f"{what} (or its text): store it as one (a time as its epoch seconds, say), "
+                           f"or list it under ignore")
     for c in spec.categorical:
         is_list = pa.types.is_list(schema.field(c.name).type) or pa.types.is_large_list(
             schema.field(c.name).type)
