@@ -147,6 +147,9 @@ def test_files_that_do_not_match_the_spec_are_refused_before_writing(tmp_path):
     (tmp_path / "b.csv").write_text(",".join(COLUMNS + ["extra"]) + "\n1,1,1,1,u,i,x,y\n")
     with pytest.raises(BadInput, match="'extra' that the spec does not name; add it to ignore"):
         prep([str(tmp_path / "b.csv")], str(tmp_path / "out"), spec=spec)
+    (tmp_path / "twice.csv").write_text(",".join(COLUMNS + ["user"]) + "\n1,1,1,1,u,i,x,v\n")
+    with pytest.raises(BadInput, match=r"its columns name 'user' 2 times \(columns 5, 8\)"):
+        prep([str(tmp_path / "twice.csv")], str(tmp_path / "out"), spec=spec)
     pq.write_table(pa.table({"clicked": [1], "price": [1.0], "age": [1.0], "visits": [1], "user": ["u"],
                              "items": ["i"], "other": ["x"]}), tmp_path / "c.parquet")
     with pytest.raises(BadInput, match="not a list; store it as a Parquet list"):

@@ -167,6 +167,12 @@ def check_files(spec: FeatureSpec, files: Sequence[str]) -> None:
     for path in files:
         check_compression(spec, path)
         names = file_columns(spec, path)
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            at = [k + 1 for k, n in enumerate(names) if n == twice[0]]
+            raise BadInput("input", path, f"its columns name {twice[0]!r} {len(at)} times (columns "
+                                          f"{', '.join(map(str, at))}): which one is meant is unclear; rename "
+                                          f"the others")
         for name in spec.output_columns:
             if name not in names:
                 what = "label" if name in spec.task_labels else "feature"
