@@ -55,6 +55,26 @@ def test_criteo_tsv_gzip_with_its_label_scores_as_the_server(sample_dir, tmp_pat
     assert np.abs(np.array(served) - probs[:400]).max() <= 1e-6 and probs.std() > 1e-3
 
 
+def test_criteo_lines_without_the_label_score_as_with_it_and_unscorable_ones_fail(sample_dir, tmp_path, capsys):
+    """Criteo's Kaggle ``test.txt`` has no label field (39 per line): its rows score as the same lines
+    with the label; a file of which no row can be scored exits 2 naming the reason, not 0."""
+    (src,) = sorted(sample_dir.glob("part-00000.*"))
+    lines = gzip.open(src, "rt").read().splitlines()[:1000]
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "test.txt").write_text("\n".join(ln.split("\t", 1)[1] for ln in lines) + "\n")
+    model = write_model_dir(random_scorer(criteo_spec(10007), "dnn", {}, seed=5, hash_buckets=10007),
+                            str(tmp_path / "model"))
+    export_onnx(model)
+    with_label = score(ScoreArgs(model=model, inputs=(str(tmp_path / "train.txt"),), out=str(tmp_path / "a")))
+    without = score(ScoreArgs(model=model, inputs=(str(tmp_path / "test.txt"),), out=str(tmp_path / "b")))
+    assert with_label["rows_scored"] == without["rows_scored"] == 1000 and "metrics" not in without
+    assert _shards(tmp_path / "b").equals(_shards(tmp_path / "a"))
+    (tmp_path / "csv.txt").write_text("\n".join(ln.replace("\t", ",") for ln in lines[:50]) + "\n")
+    assert cli(["score", "--model", model, "--input", str(tmp_path / "csv.txt"), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "none of its 50 row(s) could be scored (wrong field count: 50)" in err and "rejects.jsonl" in err, err
+
+
 def _parquet_day(path: Path, n: int) -> pa.Table:
     rng = np.random.default_rng(4)
     items = [[f"i{v}" for v in rng.integers(0, 300, rng.integers(0, 12))] for _ in range(n)]

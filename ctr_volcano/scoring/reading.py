@@ -17,7 +17,7 @@ from ctr_volcano.data.prep.fanout import plan_units
 from ctr_volcano.data.prep.generic import _csv_options, _stream, check_compression, closest, file_columns, listed
 from ctr_volcano.errors import BadInput
 
-__all__ = ["BLOCK_BYTES", "BATCH_BYTES", "plan", "check_inputs", "feature_columns", "unit_batches",
+__all__ = ["BLOCK_BYTES", "BATCH_BYTES", "plan", "check_inputs", "feature_columns", "input_columns", "unit_batches",
            "block_lines"]
 
 #: The byte size of a plain file's unit (prep's default block): a worker holds one unit's bytes.
@@ -31,6 +31,35 @@ def feature_columns(spec: FeatureSpec) -> List[str]:
     return [d.name for d in spec.dense] + [c.name for c in spec.categorical]
 
 
+def input_columns(spec: FeatureSpec, path: str) -> List[str]:
+    """The columns of one file to score: its header or Parquet schema; without a header (Criteo TSV,
+    a spec's ``columns``), the spec's columns, less the labels when the file's first line has as many
+    fields as the features alone (Criteo's Kaggle ``test.txt``: 39 fields, no label)."""
+    names = file_columns(spec, path)
+    if spec.header or spec.format == "parquet":
+        return names
+    features = [n for n in names if n not in spec.task_labels]
+    return features if _first_line_fields(spec, path) == len(features) < len(names) else names
+
+
+def _first_line_fields(spec: FeatureSpec, path: str) -> int:
+    """Fields on the first non-empty line of a header-less file (0 when it has none)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    with _stream(path) as stream:
+        head = stream.read(1 << 20)
+    lines = [line for line in head.split(b"\n")[:-1 if len(head) == 1 << 20 else None] if line.strip(b"\r")]
+    if not lines:
+        return 0
+    read, parse, _ = _csv_options(spec, [])
+    read = pacsv.ReadOptions(autogenerate_column_names=True, use_threads=False)
+    try:
+        return int(pacsv.read_csv(pa.py_buffer(lines[0] + b"\n"), read_options=read, parse_options=parse).num_columns)
+    except (pa.ArrowInvalid, ValueError):
+        return 0
+
+
 def check_inputs(spec: FeatureSpec, files: Sequence[str], keep: Sequence[str]) -> Dict[str, bool]:
     """Refuse, before any work, a file without a feature column or a ``--keep`` column; returns
     ``{file: has every task's label column}``.
@@ -41,7 +70,7 @@ def check_inputs(spec: FeatureSpec, files: Sequence[str], keep: Sequence[str]) -
     has_label: Dict[str, bool] = {}
     for path in files:
         check_compression(spec, path)
-        names = file_columns(spec, path)
+        names = input_columns(spec, path)
         for name in feature_columns(spec):
             if name not in names:
                 raise BadInput("input", path, f"has no column {name!r}, a feature of the model's spec "
@@ -104,7 +133,7 @@ def unit_batches(spec: FeatureSpec, path: str, unit: Dict[str, Any], columns: Se
     import pyarrow.csv as pacsv
 
     bad: list = []
-    names = file_columns(spec, path)
+    names = input_columns(spec, path)
     read, parse, convert = _csv_options(spec, names, bad)
     read = pacsv.ReadOptions(column_names=None if header else list(names), use_threads=False,
                              block_size=BATCH_BYTES)

@@ -256,7 +256,7 @@ def _score(args: ScoreArgs, runner: Optional[Runner], origin: Dict[str, str], st
     runner = runner or LocalRunner()
     work, units = _prepare(args, spec, graph, files, has_label, shared=bool(getattr(runner, "shared_dirs", False)))
     runner.run(work, min(args.workers, max(1, len(units))))
-    doc = {"model": {"dir": os.path.abspath(args.model), "sha256": hashlib.sha256(graph).hexdigest(),
+    doc: Dict[str, Any] = {"model": {"dir": os.path.abspath(args.model), "sha256": hashlib.sha256(graph).hexdigest(),
                      "family": manifest.get("model")},
            "feature_spec": spec.to_dict(), "inputs": names, "keep": list(_keep_names(args.keep)),
            "workers": args.workers, "units": len(units)}
@@ -266,4 +266,11 @@ def _score(args: ScoreArgs, runner: Optional[Runner], origin: Dict[str, str], st
     shutil.rmtree(work, ignore_errors=True)
     logger.info("scored %d of %d rows (%d rejected) into %s", doc["rows_scored"], doc["rows_in"],
                 doc["rows_rejected"], args.out)
+    if doc["rows_in"] and not doc["rows_scored"]:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(doc["rejected_by_reason"].items(),
+                                                                     key=lambda kv: -kv[1])[:3])
+        raise BadInput("input", names[0] if len(names) == 1 else names,
+                       f"none of its {doc['rows_in']} row(s) could be scored ({reasons}); each refused line "
+                       f"is in {os.path.join(args.out, REJECTS_FILE)}: score files in the layout the model "
+                       f"was trained on")
     return doc
