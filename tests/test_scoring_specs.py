@@ -69,6 +69,9 @@ def test_criteo_lines_without_the_label_score_as_with_it_and_unscorable_ones_fai
     without = score(ScoreArgs(model=model, inputs=(str(tmp_path / "test.txt"),), out=str(tmp_path / "b")))
     assert with_label["rows_scored"] == without["rows_scored"] == 1000 and "metrics" not in without
     assert _shards(tmp_path / "b").equals(_shards(tmp_path / "a"))
+    (tmp_path / "broken_first.txt").write_text("\n".join([lines[0]] + [ln.split("\t", 1)[1] for ln in lines[1:]]) + "\n")
+    broken = score(ScoreArgs(model=model, inputs=(str(tmp_path / "broken_first.txt"),), out=str(tmp_path / "d")))
+    assert broken["rows_scored"] == 999 and broken["rejected_by_reason"] == {"wrong field count": 1}
     (tmp_path / "csv.txt").write_text("\n".join(ln.replace("\t", ",") for ln in lines[:50]) + "\n")
     assert cli(["score", "--model", model, "--input", str(tmp_path / "csv.txt"), "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]

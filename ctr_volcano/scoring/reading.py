@@ -33,31 +33,28 @@ def feature_columns(spec: FeatureSpec) -> List[str]:
 
 def input_columns(spec: FeatureSpec, path: str) -> List[str]:
     """The columns of one file to score: its header or Parquet schema; without a header (Criteo TSV,
-    a spec's ``columns``), the spec's columns, less the labels when the file's first line has as many
-    fields as the features alone (Criteo's Kaggle ``test.txt``: 39 fields, no label)."""
+    a spec's ``columns``), the spec's columns, less the labels when most of the file's first lines have
+    as many fields as the features alone (Criteo's Kaggle ``test.txt``: 39 fields, no label)."""
     names = file_columns(spec, path)
     if spec.header or spec.format == "parquet":
         return names
     features = [n for n in names if n not in spec.task_labels]
-    return features if _first_line_fields(spec, path) == len(features) < len(names) else names
+    return features if _usual_fields(spec, path) == len(features) < len(names) else names
 
 
-def _first_line_fields(spec: FeatureSpec, path: str) -> int:
-    """Fields on the first non-empty line of a header-less file (0 when it has none)."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
+def _usual_fields(spec: FeatureSpec, path: str, lines: int = 100) -> int:
+    """The most common field count of the first ``lines`` non-empty lines of a header-less file (0
+    when it has none): one malformed first line does not decide how the file is read."""
+    import csv
+    from collections import Counter
 
     with _stream(path) as stream:
         head = stream.read(1 << 20)
-    lines = [line for line in head.split(b"\n")[:-1 if len(head) == 1 << 20 else None] if line.strip(b"\r")]
-    if not lines:
-        return 0
-    read, parse, _ = _csv_options(spec, [])
-    read = pacsv.ReadOptions(autogenerate_column_names=True, use_threads=False)
-    try:
-        return int(pacsv.read_csv(pa.py_buffer(lines[0] + b"\n"), read_options=read, parse_options=parse).num_columns)
-    except (pa.ArrowInvalid, ValueError):
-        return 0
+    text = head.decode("utf-8", "replace").splitlines()[:-1 if len(head) == 1 << 20 else None]
+    rows = csv.reader([t for t in text if t.strip()][:lines], delimiter=spec.delimiter,
+                      quoting=csv.QUOTE_MINIMAL if spec.format == "csv" else csv.QUOTE_NONE)
+    counts = Counter(len(row) for row in rows)
+    return counts.most_common(1)[0][0] if counts else 0
 
 
 def check_inputs(spec: FeatureSpec, files: Sequence[str], keep: Sequence[str]) -> Dict[str, bool]:

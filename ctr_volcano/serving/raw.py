@@ -142,7 +142,8 @@ def _json_row(name: str, row: int, text: Any) -> List[str]:
 
 def multivalued_ids(spec: FeatureSpec, feature: CategoricalFeature, arr: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """The ids of a multi-valued input's rows as the server reads them (each row the values joined by
-    the feature's separator, or a JSON list), all of them, in row order: ``(offsets[N + 1], ids)``.
+    the feature's separator, or a JSON list), unpadded, in row order (at most ``max_length`` a row, as
+    prep keeps them): ``(offsets[N + 1], ids)``.
 
     Raises:
         BadInput: a row that starts as a JSON list and is not one, naming the input and the row.
