@@ -114,10 +114,12 @@ def _header_here(spec: FeatureSpec, unit: Dict[str, Any]) -> bool:
     return bool(spec.header) and spec.format != "parquet" and (unit.get("gzip") or unit.get("start") == 0)
 
 
-def unit_batches(spec: FeatureSpec, path: str, unit: Dict[str, Any], columns: Sequence[str]
-                 ) -> Iterator[Tuple[Optional[Any], list, bool]]:
+def unit_batches(spec: FeatureSpec, path: str, unit: Dict[str, Any], columns: Sequence[str],
+                 with_label: bool) -> Iterator[Tuple[Optional[Any], list, bool]]:
     """``(table of columns, wrong-field-count rows [(line, detail, text)], header here)`` per batch
-    of one unit; ``table`` is None for a last batch of rejects alone. Lines are the unit's."""
+    of one unit; ``table`` is None for a last batch of rejects alone. Lines are the unit's.
+    ``with_label``: what :func:`check_inputs` found for the file (a header-less file without it is
+    read without the label's field)."""
     import pyarrow as pa
 
     header = bool(_header_here(spec, unit))
@@ -130,7 +132,9 @@ def unit_batches(spec: FeatureSpec, path: str, unit: Dict[str, Any], columns: Se
     import pyarrow.csv as pacsv
 
     bad: list = []
-    names = input_columns(spec, path)
+    names = file_columns(spec, path)
+    if not spec.header and not with_label:
+        names = [n for n in names if n not in spec.task_labels]
     read, parse, convert = _csv_options(spec, names, bad)
     read = pacsv.ReadOptions(column_names=None if header else list(names), use_threads=False,
                              block_size=BATCH_BYTES)

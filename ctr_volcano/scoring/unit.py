@@ -134,7 +134,7 @@ def score_unit(work: str, u: int) -> None:
     session, schema, tally = _session(os.path.join(work, MODEL_FILE)), _out_schema(spec, path, keep_cols), _Tally()
     target = os.path.join(plan["out"], shard_name(u))
     with pq.ParquetWriter(target + ".tmp", schema) as writer:
-        for table, bad, header in unit_batches(spec, path, unit, columns):
+        for table, bad, header in unit_batches(spec, path, unit, columns, with_label):
             tally.skipped += sorted(int(b[0]) for b in bad if b[0] is not None)
             tally.rejects += [[int(b[0] or 0), "wrong field count", b[1]] for b in bad]
             if table is None:
