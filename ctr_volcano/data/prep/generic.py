@@ -192,11 +192,7 @@ def _check_parquet_types(spec: FeatureSpec, path: str) -> None:
 
     schema = pq.read_schema(path)
     for name in list(spec.task_labels) + [d.name for d in spec.dense]:
-        kind = schema.field(name).type
-        kind = kind.value_type if pa.types.is_dictionary(kind) else kind
-        if not any(test(kind) for test in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
-                                           pa.types.is_boolean, pa.types.is_string, pa.types.is_large_string,
-                                           pa.types.is_null)):
+        if not _stored_as(schema.field(name).type, "number"):
             what = "a label is 0/1" if name in spec.task_labels else "a dense feature is a number"
             raise BadInput("feature_spec", name, f"{path}: column {name!r} is {schema.field(name).type}; "
                            f"{what} (or its text): store it as one (a time as its epoch seconds, say), "
@@ -211,15 +207,23 @@ def _check_parquet_types(spec: FeatureSpec, path: str) -> None:
         if is_list and not c.multivalued:
             raise BadInput("feature_spec", c.name, f"{path}: column {c.name!r} is a list; set "
                            f"multivalued: true for it")
-        kind = schema.field(c.name).type.value_type if is_list else schema.field(c.name).type
-        if pa.types.is_dictionary(kind):
-            kind = kind.value_type
-        if not any(test(kind) for test in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
-                                           pa.types.is_large_binary, pa.types.is_integer, pa.types.is_floating,
-                                           pa.types.is_boolean, pa.types.is_null)):
+        if not _stored_as(schema.field(c.name).type.value_type if is_list else schema.field(c.name).type, "id"):
             raise BadInput("feature_spec", c.name, f"{path}: column {c.name!r} is {schema.field(c.name).type}; "
                            f"a categorical feature's ids are text, integers, floats or booleans: store it "
                            f"as one of those, or list it under ignore")
+
+
+def _stored_as(kind: Any, role: str) -> bool:
+    """Whether a Parquet column of arrow type ``kind`` (a dictionary: its values') can hold a ``role``:
+    ``"number"`` (a label, a dense feature: numbers, booleans or their text) or ``"id"`` (text,
+    bytes, integers, floats or booleans)."""
+    import pyarrow as pa
+
+    kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+    common = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string,
+              pa.types.is_large_string, pa.types.is_null)
+    extra = (pa.types.is_decimal,) if role == "number" else (pa.types.is_binary, pa.types.is_large_binary)
+    return any(test(kind) for test in common + extra)
 
 
 def _batches(spec: FeatureSpec, path: str, columns: Optional[Sequence[str]] = None
