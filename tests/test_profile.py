@@ -117,6 +117,48 @@ def test_hash_sample_is_the_bottom_k_of_the_ids_under_the_cut_and_counts_distinc
             assert s.distinct() == 3
 
 
+def _id_sketch_by_definition(ids, slots):
+    """A piece's id sketch from its definition, with ``np.unique``: the row sample's counts of the ids
+    that are not empty (the 100 largest, ties to the smaller id) and the hash sample's (the ``KMV_K``
+    of smallest hash among the ids under the cut) with their rows."""
+    from ctr_volcano.data.profile.sketches import KMV_RATE, TOP_KEEP_PIECE, sample_rows
+
+    sample = ids[sample_rows(ids.size)]
+    sample = sample[sample >= slots]
+    top, top_n = np.unique(sample, return_counts=True)
+    keep = np.sort(np.lexsort((top, -top_n))[:TOP_KEEP_PIECE])
+    live = ids[ids >= slots]
+    under = live[kmv_hash(live).astype(np.float64) < 2.0 ** 64 / KMV_RATE]
+    kmv, kmv_n = np.unique(under, return_counts=True)
+    small = np.sort(np.argsort(kmv_hash(kmv))[:KMV_K])
+    return sample.size, top[keep], top_n[keep], kmv[small], kmv_n[small]
+
+
+def test_a_pieces_columns_sketched_together_are_each_sketched_by_definition():
+    """``IdSketch.of_columns`` counts all columns' samples end to end: no column's ids, empty ids or
+    counts leak into another's, whatever the columns' lengths (multi-valued ones differ)."""
+    rng = np.random.default_rng(4)
+    slots = 5
+    columns = [26 + rng.zipf(1.3, 20_000) % 3000,                         # frequent ids, > 100 distinct
+               rng.integers(slots, 1 << 40, 20_000),                      # all distinct: a full hash sample
+               np.full(20_000, 2),                                        # every row empty
+               np.where(rng.random(7_000) < 0.3, 3, 26 + rng.integers(0, 40, 7_000)),   # shorter, some empty
+               np.zeros(0, np.int64),                                     # no values
+               np.where(rng.random(20_000) < 0.5, rng.integers(0, slots, 20_000), 26 + rng.integers(0, 9, 20_000))]
+    columns[0][:50] = 0
+    sketches = IdSketch.of_columns(columns, slots)
+    for k, (ids, s) in enumerate(zip(columns, sketches)):
+        assert (s.rows, s.missing) == (ids.size, int((ids == k).sum())), k
+        if s.rows == s.missing:
+            assert s.sample_rows == 0 and s.top_ids.size == 0 and s.kmv_ids.size == 0, k
+            continue
+        sampled, top, top_n, kmv, kmv_n = _id_sketch_by_definition(ids, slots)
+        assert s.sample_rows == sampled, k
+        assert s.top_ids.tolist() == top.tolist() and s.top_counts.tolist() == top_n.tolist(), k
+        assert s.kmv_ids.tolist() == kmv.tolist() and s.kmv_counts.tolist() == kmv_n.tolist(), k
+    assert sketches[1].kmv_ids.size == KMV_K and sketches[0].top_ids.size == 100
+
+
 def test_frequent_ids_from_the_row_sample():
     rng = np.random.default_rng(3)
     ids = 26 + np.minimum(rng.zipf(1.3, 200_000), 5000) * 1009

@@ -199,10 +199,10 @@ def criteo_piece(out: Any, missing: np.ndarray, dense: Sequence[DenseSketch]) ->
 
     profile = DataProfile(label=LABEL, rows=out.num_rows, positives=_positives(out.column(0)),
                           dense=dict(zip(DENSE_COLUMNS, dense)))
-    slots = len(SPARSE_COLUMNS)
-    for c, name in enumerate(SPARSE_COLUMNS):
-        ids = out.column(1 + len(DENSE_COLUMNS) + c).to_numpy()
-        profile.categorical[name] = IdSketch.of(ids, c, slots, int(missing[len(DENSE_COLUMNS) + c]))
+    first = 1 + len(DENSE_COLUMNS)
+    ids = [out.column(first + c).to_numpy() for c in range(len(SPARSE_COLUMNS))]
+    profile.categorical = dict(zip(SPARSE_COLUMNS, IdSketch.of_columns(ids, len(SPARSE_COLUMNS),
+                                                                       missing[len(DENSE_COLUMNS):].tolist())))
     return profile
 
 
@@ -212,15 +212,16 @@ def spec_piece(spec: Any, raw: Mapping[str, np.ndarray], out: Any) -> DataProfil
     profile = DataProfile(label=spec.label, rows=out.num_rows, positives=_positives(out.column(0)))
     for d in spec.dense:
         profile.dense[d.name] = DenseSketch.of(raw[d.name])
-    slots = len(spec.categorical)
-    for k, c in enumerate(spec.categorical):
+    columns = []
+    for c in spec.categorical:
         column = out.column(c.name)
         if c.multivalued:
             column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-            ids = column.values.to_numpy() if len(column) else np.zeros(0, np.int64)
+            columns.append(column.values.to_numpy() if len(column) else np.zeros(0, np.int64))
         else:
-            ids = column.to_numpy()
-        profile.categorical[c.name] = IdSketch.of(ids, k, slots)
+            columns.append(column.to_numpy())
+    names = [c.name for c in spec.categorical]
+    profile.categorical = dict(zip(names, IdSketch.of_columns(columns, len(names))))
     return profile
 
 
