@@ -35,7 +35,12 @@ workers share pages with their parent, which a sum of RSS would count once per p
 ``cpu_ratio_X`` is X's CPU seconds over ours (the child and its workers, least of the runs; steadier
 than wall time on a shared machine; above 1 means we use less); ``mb_s_wN`` is ours at N workers;
 ``profile_cost_wN`` is how much slower (wall, best of the runs) prep is at N workers with the profile
-than without (0.05: 5% slower), ``profile_cpu_cost`` the same in CPU seconds at the largest N.
+than without (0.05: 5% slower), ``profile_cpu_cost`` the same in CPU seconds at the largest N. Both
+compare separate runs, so the machine's swings between runs show in them (on the shared 2-core
+machine: 0.05-0.12 for the same code); ``profile_cpu_share_w1``, from one more run with one worker
+that times the profile's own code inside prep (each thread's CPU time), is its CPU seconds over the
+rest of prep's, both from the same run (six runs there: 0.106-0.109; it misses what the profile
+costs prep's other code, e.g. in caches).
 The exit code is 1 if a peer disagrees with ours.
 
 Usage: ``python bench/prep.py [--gb 1.0] [--spec-mb 300] [--workdir /tmp/ctr_bench] [--repeat 2]
@@ -109,6 +114,33 @@ counts = {k: stats[k] for k in ("rows_in", "rows_train", "rows_test", "rows_reje
 print(json.dumps(counts), seconds, sep="\n")
 """
 
+PROFILE_SHARE_CODE = r"""
+import collections, os, sys, time
+from ctr_volcano.data.prep import PrepConfig, lanes, prep, stats
+from ctr_volcano.data.profile import profile, sketches
+spent = collections.Counter()
+
+def timed(f, part):
+    def run(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            spent[part] += time.thread_time() - start
+    return run
+
+lanes.criteo_piece = timed(lanes.criteo_piece, "ids")
+sketches.DenseSketch.of_integers = classmethod(timed(sketches.DenseSketch.of_integers.__func__, "dense"))
+sketches.DenseSketch.add_bins = timed(sketches.DenseSketch.add_bins, "dense")
+profile.DataProfile.merged = classmethod(timed(profile.DataProfile.merged.__func__, "merges"))
+stats.write_profile = timed(stats.write_profile, "write")
+before = os.times()
+prep([sys.argv[1]], sys.argv[2], PrepConfig(workers=1))
+after = os.times()
+total = (after.user + after.system) - (before.user + before.system)
+print(total - sum(spent.values()), " ".join(f"{k}={v:.3f}" for k, v in sorted(spent.items())))
+"""
+
 OURS_SPEC_CODE = r"""
 import sys, json, time
 from ctr_model.feature_spec import load_spec
@@ -140,6 +172,18 @@ with open(sys.argv[1], "rb") as src, open(sys.argv[2], "w") as out:
         out.write("\n")
 print(done, time.monotonic() - start)
 """
+
+
+def _profile_share(path: str, out_dir: str) -> str:
+    """`` profile_cpu_share_w1=...``: the profile code's CPU seconds over the rest of prep's, timed
+    inside one prep at one worker (printed with its parts)."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    _, out, _ = _run_rss(PROFILE_SHARE_CODE, path, out_dir)
+    rest, *parts = out.split()
+    spent = sum(float(p.split("=")[1]) for p in parts)
+    print(f"(a0) the profile's own CPU inside prep at one worker: {spent:.2f} s ({', '.join(parts)}) "
+          f"against {float(rest):.2f} s for the rest", flush=True)
+    return f" profile_cpu_share_w1={spent / float(rest):.3f}"
 
 
 def _run_rss(code: str, *args: str):
@@ -386,6 +430,7 @@ def main(argv=None) -> int:
         per_workers += "".join(f" profile_cost_w{w}={min(ts) / min(bare_by_workers[w]) - 1:.3f}"
                                for w, ts in ours_by_workers.items())
         per_workers += f" profile_cpu_cost={min(cpu['ours']) / min(cpu['bare']) - 1:.3f}"
+        per_workers += _profile_share(path, os.path.join(args.workdir, "ours"))
     spec = {"ok": True, "result": ""}
     if args.spec_mb > 0:
         spec = _spec_runs(args, os.path.dirname(peer_script))
